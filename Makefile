@@ -1,0 +1,52 @@
+# One command to run, one to test. Everything is installed into .venv from
+# constraints.txt on first use (TFX 1.16 needs Python 3.10).
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+# Pin Keras 3: tf.Transform would otherwise switch tf.keras to tf_keras.
+export TF_USE_LEGACY_KERAS := 0
+
+VENV := .venv
+PY := $(VENV)/bin/python
+# Python 3.10: from PYTHON310=..., pyenv, or PATH.
+PYTHON310 ?= $(shell for p in $$(pyenv root 2>/dev/null)/versions/3.10*/bin/python3.10 \
+  $$HOME/.pyenv/versions/3.10*/bin/python3.10 $$(command -v python3.10); do \
+  if [ -x "$$p" ]; then echo "$$p"; break; fi; done)
+
+RUN_DIR := runs/quickstart
+RUN_DATA := runs/data/criteo_train.txt
+RUN_ROWS := 50000
+
+.PHONY: help venv run test test-fast clean
+
+help:
+	@echo "make run        run the whole pipeline on generated Criteo-layout data"
+	@echo "make test       run every test (unit and end-to-end)"
+	@echo "make test-fast  skip the slow (end-to-end, training) tests"
+	@echo "make clean      remove runs/ (keeps .venv)"
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	@if [ -z "$(PYTHON310)" ]; then \
+	  echo "error: Python 3.10 not found (TFX 1.16 needs it). Install it with" \
+	       "'pyenv install 3.10' or pass PYTHON310=/path/to/python3.10" >&2; exit 1; fi
+	@[ -x $(PY) ] || $(PYTHON310) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade "pip>=26"
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev]"
+	@touch $@
+
+$(RUN_DATA): | venv
+	$(PY) -m pipeline generate --format criteo --rows $(RUN_ROWS) --seed 0 --out $@
+
+run: venv $(RUN_DATA)
+	$(PY) -m pipeline run --dataset criteo --data $(RUN_DATA) --output $(RUN_DIR) --epochs 2
+
+test: venv
+	$(PY) -m pytest -ra --durations=15
+
+test-fast: venv
+	$(PY) -m pytest -ra -m "not slow"
+
+clean:
+	rm -rf runs

@@ -1,0 +1,192 @@
+"""RawCtrExampleGen end to end: the executor on generated and real files."""
+
+import glob
+import json
+import os
+import pathlib
+import random
+import shutil
+
+import pytest
+import tensorflow as tf
+from tfx.types import standard_artifacts
+
+from components.raw_example_gen import component
+from components.raw_example_gen import executor
+from trainer_module import features
+
+SAMPLES = pathlib.Path(__file__).resolve().parents[2] / "data" / "samples"
+CRITEO = features.CRITEO
+
+
+def _criteo_rows(n, seed):
+  """n random Criteo rows as {column: text}; C26 is a unique row id."""
+  rng = random.Random(seed)
+  result = []
+  for i in range(n):
+    row = {c: ("" if rng.random() < 0.2 else str(rng.randint(-3, 5000)))
+           for c in CRITEO.dense}
+    row.update({c: ("" if rng.random() < 0.1 else f"{rng.getrandbits(32):08x}")
+                for c in CRITEO.str_categorical})
+    row[CRITEO.label] = str(int(rng.random() < 0.25))
+    row[CRITEO.str_categorical[-1]] = f"{i:08x}"
+    result.append(row)
+  return result
+
+
+def _write_criteo(path, rows_, bad_lines=None):
+  """Writes raw Criteo text; bad_lines maps 1-based line number -> text."""
+  lines = ["\t".join(r[c] for c in CRITEO.columns) for r in rows_]
+  for number, text in sorted((bad_lines or {}).items()):
+    lines.insert(number - 1, text)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  path.write_text("\n".join(lines) + "\n")
+
+
+def _run(tmp_path, input_base, **kwargs):
+  """Runs the executor with the component's own exec_properties."""
+  gen = component.RawCtrExampleGen(input_base=str(input_base), **kwargs)
+  examples = standard_artifacts.Examples()
+  examples.uri = str(tmp_path / "output")
+  executor.Executor().Do({}, {"examples": [examples]},
+                         dict(gen.exec_properties))
+  return examples
+
+
+def _read_split(examples, split):
+  files = sorted(glob.glob(os.path.join(examples.uri, f"Split-{split}",
+                                        "*.gz")))
+  assert files, f"no TFRecords in split {split}"
+  return [tf.train.Example.FromString(r.numpy())
+          for r in tf.data.TFRecordDataset(files, compression_type="GZIP")]
+
+
+def _as_row(example):
+  """A tf.Example back as {column: text} in the generator's format."""
+  row = {c: "" for c in CRITEO.raw_features}
+  for name, feature in example.features.feature.items():
+    if feature.HasField("int64_list"):
+      row[name] = str(feature.int64_list.value[0])
+    else:
+      row[name] = feature.bytes_list.value[0].decode()
+  return row
+
+
+def _row_id(example):
+  return int(example.features.feature[CRITEO.str_categorical[-1]]
+             .bytes_list.value[0], 16)
+
+
+def test_hash_split_reads_every_good_row_over_many_ranges(tmp_path,
+                                                          monkeypatch):
+  monkeypatch.setattr(executor, "RANGE_BYTES", 4096)  # ~25 ranges.
+  generated = _criteo_rows(600, seed=1)
+  bad = {17: "1\t2\t3", 100: "2" + "\t" * 39, 300: "0\tabc" + "\t" * 38}
+  _write_criteo(tmp_path / "in" / "train.txt", generated, bad)
+
+  examples = _run(tmp_path, tmp_path / "in", dataset="criteo",
+                  max_bad_fraction=0.01)
+
+  train, evaluation = (_read_split(examples, s) for s in ("train", "eval"))
+  assert len(train) + len(evaluation) == 600
+  assert 0.05 < len(evaluation) / 600 < 0.15
+  by_id = {_row_id(e): _as_row(e) for e in train + evaluation}
+  assert by_id == dict(enumerate(generated))
+  for example in train[:20]:
+    feature = example.features.feature
+    assert feature[CRITEO.label].WhichOneof("kind") == "int64_list"
+    assert all(feature[c].WhichOneof("kind") == "bytes_list"
+               for c in CRITEO.str_categorical if c in feature)
+
+  props = examples.mlmd_artifact.custom_properties
+  assert props["rows_read"].int_value == 603
+  assert props["bad_rows"].int_value == 3
+  assert props["eval_rows"].int_value == len(evaluation)
+  summary = json.loads(
+      (tmp_path / "output" / executor.SUMMARY_FILE_NAME).read_text())
+  assert summary["split_rows"] == {"train": len(train),
+                                   "eval": len(evaluation)}
+  (per_file,) = summary["files"]
+  assert per_file["bad_rows"] == 3
+  assert per_file["first_bad_reason"] == "expected 40 fields, got 3"
+  assert examples.split_names == '["train", "eval"]'
+
+
+def test_hash_split_is_reproducible(tmp_path):
+  _write_criteo(tmp_path / "in" / "train.txt", _criteo_rows(300, seed=2))
+  ids = []
+  for run in ("a", "b"):
+    examples = _run(tmp_path / run, tmp_path / "in", dataset="criteo")
+    ids.append(sorted(_row_id(e) for e in _read_split(examples, "eval")))
+  assert ids[0] == ids[1]
+
+
+def test_too_many_bad_rows_fail_naming_the_first_bad_line(tmp_path):
+  bad = {17: "1\t2\t3", 40: "0\tabc" + "\t" * 38}
+  _write_criteo(tmp_path / "in" / "train.txt", _criteo_rows(200, seed=3),
+                bad)
+  with pytest.raises(ValueError) as error:
+    _run(tmp_path, tmp_path / "in", dataset="criteo", max_bad_fraction=0.001)
+  message = str(error.value)
+  assert "train.txt line 17: expected 40 fields, got 3" in message
+  assert "2 of 202 rows" in message
+
+
+def test_bad_int_is_reported_with_field_and_line(tmp_path):
+  rows_ = _criteo_rows(50, seed=4)
+  rows_[4]["I3"] = "abc"
+  _write_criteo(tmp_path / "in" / "train.txt", rows_)
+  with pytest.raises(ValueError,
+                     match=r"train.txt line 5: field I3 = 'abc' is not an "
+                     r"integer"):
+    _run(tmp_path, tmp_path / "in", dataset="criteo")
+
+
+def test_sequential_split_puts_the_tail_of_the_last_file_in_eval(tmp_path):
+  generated = _criteo_rows(400, seed=5)
+  # Natural order: day_2 (rows 0-199) before day_10 (rows 200-399).
+  _write_criteo(tmp_path / "in" / "day_2.txt", generated[:200])
+  _write_criteo(tmp_path / "in" / "day_10.txt", generated[200:])
+
+  examples = _run(tmp_path, tmp_path / "in", dataset="criteo",
+                  split="sequential", eval_fraction=0.25)
+
+  train_ids = {_row_id(e) for e in _read_split(examples, "train")}
+  eval_ids = {_row_id(e) for e in _read_split(examples, "eval")}
+  assert train_ids | eval_ids == set(range(400))
+  assert max(train_ids) < min(eval_ids)
+  assert 80 < len(eval_ids) < 120
+
+
+def test_real_criteo_sample(tmp_path):
+  shutil.copy(SAMPLES / "criteo_sample.txt", tmp_path / "criteo_sample.txt")
+  examples = _run(tmp_path, tmp_path, dataset="criteo",
+                  input_pattern="criteo_sample.txt")
+  records = _read_split(examples, "train") + _read_split(examples, "eval")
+  assert len(records) == 200
+  assert sum(e.features.feature["label"].int64_list.value[0]
+             for e in records) == 49
+  assert all(e.features.feature["I5"].WhichOneof("kind") == "int64_list"
+             for e in records if "I5" in e.features.feature)
+  assert examples.get_int_custom_property("bad_rows") == 0
+
+
+def test_real_avazu_sample(tmp_path):
+  shutil.copy(SAMPLES / "avazu_sample.txt", tmp_path / "train")
+  examples = _run(tmp_path, tmp_path, dataset="avazu")
+  train, evaluation = (_read_split(examples, s) for s in ("train", "eval"))
+  assert len(train) + len(evaluation) == 100
+  assert 10 <= len(evaluation) <= 30
+  for example in train + evaluation:
+    assert "id" not in example.features.feature
+    assert set(example.features.feature) <= set(features.AVAZU.raw_features)
+    assert example.features.feature["hour"].int64_list.value[0] == 14102100
+
+
+def test_input_without_data_rows_fails(tmp_path):
+  (tmp_path / "in").mkdir()
+  (tmp_path / "in" / "train.csv").write_text(",".join(CRITEO.columns) + "\n")
+  with pytest.raises(ValueError, match=f"no data rows .*{tmp_path}/in/\\*"):
+    _run(tmp_path, tmp_path / "in", dataset="criteo")
+  with pytest.raises(FileNotFoundError, match="no input files match"):
+    _run(tmp_path, tmp_path / "in", dataset="criteo", input_pattern="*.txt")

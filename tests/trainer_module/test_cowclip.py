@@ -1,0 +1,234 @@
+"""CowClip against a plain NumPy transcription of the formula."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from trainer_module import cowclip
+
+VOCAB, DIM = 12, 4
+# Counts: 0 x4, 1 x2, 2 x2, 3 x1, 5 x2, 6 x1, 7 x2, 8 x1, 9 x1;
+# 4, 10, 11 absent.
+IDS = np.array([0, 0, 0, 1, 2, 3, 5, 5, 6, 7, 7, 8, 9, 1, 0, 2])
+ZERO_ROW = 3  # present once, all-zero embedding: threshold is 1 * zeta.
+ZERO_GRAD = 5  # present twice, zero gradient row (cancelling slices).
+ABSENT = (4, 10, 11)
+R, ZETA = 1.0, 0.05
+MODES = ("eager", "function", "xla")
+
+
+def reference_clip(grad, table, ids, r, zeta, variant):
+  """The formula of the module docstring, one id at a time."""
+  out = grad.astype(np.float64)
+  flat = np.asarray(ids).reshape(-1)
+  dim = table.shape[1]
+  for k in np.unique(flat):
+    cnt = np.sum(flat == k)
+    w_norm = np.linalg.norm(table[k].astype(np.float64))
+    if variant == "paper":
+      clip = cnt * max(r * w_norm, zeta)
+    else:
+      clip = cnt * r * max(w_norm, r * np.sqrt(dim) * zeta)
+    g_norm = np.linalg.norm(out[k])
+    if g_norm > 0:
+      out[k] *= min(1.0, clip / g_norm)
+  return out
+
+
+def make_table(rng):
+  table = rng.normal(0.0, 0.1, (VOCAB, DIM)).astype(np.float32)
+  table[ZERO_ROW] = 0.0
+  return table
+
+
+def make_dense_grad(rng):
+  """Rows of norms spread over 3 decades, so some clip and some do not."""
+  grad = rng.normal(0.0, 1.0, (VOCAB, DIM))
+  grad *= 10.0 ** rng.uniform(-2.0, 1.0, (VOCAB, 1))
+  grad[ZERO_ROW] *= 100.0 / np.linalg.norm(grad[ZERO_ROW])
+  grad[ZERO_GRAD] = 0.0
+  return grad.astype(np.float32)
+
+
+def make_slices(rng):
+  """One slice per occurrence, plus a slice of an id absent from the batch."""
+  indices = np.concatenate([IDS, [ABSENT[1]]])
+  values = rng.normal(0.0, 1.0, (len(indices), DIM))
+  values *= 10.0 ** rng.uniform(-2.0, 1.0, (len(indices), 1))
+  first, second = np.flatnonzero(indices == ZERO_GRAD)
+  values[second] = -values[first]
+  return values.astype(np.float32), indices
+
+
+def densify(values, indices):
+  dense = np.zeros((VOCAB, DIM), np.float64)
+  np.add.at(dense, indices, values)
+  return dense
+
+
+def run(mode, fn, *args):
+  if mode == "eager":
+    return fn(*args)
+  return tf.function(fn, jit_compile=(mode == "xla"))(*args)
+
+
+def batch_ids(shape, dtype):
+  return tf.constant(IDS.reshape(shape), dtype=dtype)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("variant", cowclip.VARIANTS)
+@pytest.mark.parametrize("shape", [(16,), (8, 2)])
+@pytest.mark.parametrize("dtype", [tf.int32, tf.int64])
+def test_dense_matches_reference(mode, variant, shape, dtype):
+  rng = np.random.default_rng(0)
+  table, grad = make_table(rng), make_dense_grad(rng)
+  variable = tf.Variable(table)
+  got = run(mode, lambda g, i: cowclip.clip_embedding_gradient(
+      g, variable, i, R, ZETA, variant), tf.constant(grad),
+            batch_ids(shape, dtype))
+  want = reference_clip(grad, table, IDS, R, ZETA, variant)
+  np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-8)
+  for k in ABSENT:  # untouched, although nonzero
+    np.testing.assert_array_equal(got.numpy()[k], grad[k])
+  clipped = ~np.isclose(want, grad).all(axis=1)
+  assert 0 < clipped.sum() < len(np.unique(IDS)), "case must mix both"
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("variant", cowclip.VARIANTS)
+@pytest.mark.parametrize("shape", [(16,), (8, 2)])
+@pytest.mark.parametrize("dtype", [tf.int32, tf.int64])
+def test_slices_match_reference(mode, variant, shape, dtype):
+  rng = np.random.default_rng(1)
+  table = make_table(rng)
+  values, indices = make_slices(rng)
+
+  def clip(v, i, ids):
+    out = cowclip.clip_embedding_gradient(
+        tf.IndexedSlices(v, i, tf.constant([VOCAB, DIM])), tf.constant(table),
+        ids, R, ZETA, variant)
+    return out.values, out.indices
+
+  got_values, got_indices = run(mode, clip, tf.constant(values),
+                                tf.constant(indices, dtype=dtype),
+                                batch_ids(shape, dtype))
+  got_indices = got_indices.numpy()
+  assert sorted(got_indices) == sorted(set(indices)), "one slice per id"
+  want = reference_clip(densify(values, indices), table, IDS, R, ZETA, variant)
+  np.testing.assert_allclose(densify(got_values.numpy(), got_indices), want,
+                             rtol=1e-5, atol=1e-8)
+  np.testing.assert_array_equal(want[ZERO_GRAD], 0.0)
+  absent = got_values.numpy()[list(got_indices).index(ABSENT[1])]
+  np.testing.assert_array_equal(absent, values[-1])
+
+
+@pytest.mark.parametrize("variant", cowclip.VARIANTS)
+def test_slices_equal_dense_path(variant):
+  rng = np.random.default_rng(2)
+  table = tf.Variable(make_table(rng))
+  values, indices = make_slices(rng)
+  slices = tf.IndexedSlices(tf.constant(values), tf.constant(indices),
+                            tf.constant([VOCAB, DIM]))
+  ids = tf.constant(IDS)
+  sparse = cowclip.clip_embedding_gradient(slices, table, ids, R, ZETA, variant)
+  dense = cowclip.clip_embedding_gradient(
+      tf.convert_to_tensor(slices), table, ids, R, ZETA, variant)
+  assert isinstance(sparse, tf.IndexedSlices)
+  np.testing.assert_allclose(tf.convert_to_tensor(sparse).numpy(),
+                             dense.numpy(), rtol=1e-6, atol=1e-9)
+
+
+def test_tape_gradient_under_xla():
+  """The IndexedSlices a GradientTape gives for a lookup, all inside XLA."""
+  rng = np.random.default_rng(3)
+  table = make_table(rng)
+  weights = rng.normal(0.0, 3.0, (8, 2, DIM)).astype(np.float32)
+  variable = tf.Variable(table)
+
+  @tf.function(jit_compile=True)
+  def clipped_gradient(ids, weights):
+    with tf.GradientTape() as tape:
+      loss = tf.reduce_sum(tf.gather(variable, ids) * weights)
+    grad = tape.gradient(loss, variable)
+    out = cowclip.clip_embedding_gradient(grad, variable, ids, R, ZETA)
+    return isinstance(grad, tf.IndexedSlices), tf.convert_to_tensor(out)
+
+  was_sparse, got = clipped_gradient(tf.constant(IDS.reshape(8, 2)),
+                                     tf.constant(weights))
+  assert was_sparse
+  grad = densify(weights.reshape(-1, DIM), IDS)
+  np.testing.assert_allclose(got.numpy(),
+                             reference_clip(grad, table, IDS, R, ZETA, "paper"),
+                             rtol=1e-5, atol=1e-8)
+
+
+@pytest.mark.parametrize("variant", cowclip.VARIANTS)
+def test_nothing_clipped_with_huge_zeta(variant):
+  rng = np.random.default_rng(4)
+  table, grad = make_table(rng), make_dense_grad(rng)
+  got = cowclip.clip_embedding_gradient(tf.constant(grad), tf.constant(table),
+                                        tf.constant(IDS), R, 1e6, variant)
+  np.testing.assert_array_equal(got.numpy(), grad)
+
+
+@pytest.mark.parametrize("variant", cowclip.VARIANTS)
+def test_everything_clipped_to_its_threshold(variant):
+  rng = np.random.default_rng(5)
+  table, grad = make_table(rng), make_dense_grad(rng)
+  r, zeta = 1e-3, 1e-4
+  got = cowclip.clip_embedding_gradient(tf.constant(grad), tf.constant(table),
+                                        tf.constant(IDS), r, zeta,
+                                        variant).numpy()
+  counts = np.bincount(IDS, minlength=VOCAB)
+  w_norms = np.linalg.norm(table, axis=1)
+  if variant == "paper":
+    thresholds = counts * np.maximum(r * w_norms, zeta)
+  else:
+    thresholds = counts * r * np.maximum(w_norms, r * np.sqrt(DIM) * zeta)
+  for k in set(IDS) - {ZERO_GRAD}:
+    assert np.linalg.norm(grad[k]) > thresholds[k]
+    np.testing.assert_allclose(np.linalg.norm(got[k]), thresholds[k],
+                               rtol=1e-5)
+    np.testing.assert_allclose(got[k] / np.linalg.norm(got[k]),
+                               grad[k] / np.linalg.norm(grad[k]), rtol=1e-5)
+  np.testing.assert_array_equal(got[ZERO_GRAD], 0.0)
+
+
+def test_zero_embedding_row_threshold_is_count_times_zeta():
+  rng = np.random.default_rng(6)
+  table, grad = make_table(rng), make_dense_grad(rng)
+  got = cowclip.clip_embedding_gradient(tf.constant(grad), tf.constant(table),
+                                        tf.constant(IDS), R, ZETA).numpy()
+  np.testing.assert_allclose(np.linalg.norm(got[ZERO_ROW]), 1 * ZETA,
+                             rtol=1e-6)
+  got = cowclip.clip_embedding_gradient(tf.constant(grad), tf.constant(table),
+                                        tf.constant(IDS), R, ZETA,
+                                        "reference").numpy()
+  np.testing.assert_allclose(np.linalg.norm(got[ZERO_ROW]),
+                             1 * np.sqrt(DIM) * ZETA, rtol=1e-6)
+
+
+def test_id_counts():
+  counts = cowclip.id_counts(tf.constant(IDS.reshape(4, 4), tf.int64), VOCAB)
+  np.testing.assert_array_equal(counts.numpy(),
+                                np.bincount(IDS, minlength=VOCAB))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"variant": "Paper"}, "unknown CowClip variant"),
+    ({"r": -1.0}, "r >= 0"),
+    ({"zeta": float("nan")}, "zeta"),
+    ({"ids": tf.constant([1.0])}, "must be integers"),
+    ({"embeddings": tf.zeros([VOCAB])}, r"\[V, d\] table"),
+    ({"gradient": tf.zeros([VOCAB, DIM + 1])}, "dense gradient has shape"),
+    ({"gradient": tf.IndexedSlices(tf.zeros([2, DIM + 1]),
+                                   tf.constant([0, 1]))},
+     "gradient slices have shape"),
+])
+def test_bad_input_is_rejected(kwargs, message):
+  args = {"gradient": tf.zeros([VOCAB, DIM]),
+          "embeddings": tf.zeros([VOCAB, DIM]), "ids": tf.constant([1, 2]),
+          "r": R, "zeta": ZETA, **kwargs}
+  with pytest.raises(ValueError, match=message):
+    cowclip.clip_embedding_gradient(**args)

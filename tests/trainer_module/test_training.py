@@ -1,0 +1,289 @@
+"""Tests of the CowClip training step, its optimizers and callbacks."""
+
+import dataclasses
+import math
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from trainer_module import cowclip
+from trainer_module import models
+from trainer_module import training
+
+VOCAB = {"a": 7, "b": 5}
+DENSE = ("x",)
+OPTIONS = models.ModelOptions(embedding_dim=3, hidden_units=(16, 16))
+CONFIG = training.TrainingConfig(
+    dense_lr=1e-2, embed_lr=3e-2, l2=1e-3, r=0.5, zeta=1e-3,
+    warmup_epochs=2.0, steps_per_epoch=2)
+BETA_1, BETA_2, EPSILON = 0.9, 0.999, 1e-7  # keras.optimizers.Adam defaults.
+
+
+def _batch(seed, rows=8, a_ids=(0, 1, 2, 3)):
+  """A batch whose field-a ids come from ``a_ids`` only."""
+  rng = np.random.default_rng(seed)
+  features = {"a": rng.choice(np.array(a_ids, np.int64), rows),
+              "b": rng.integers(0, VOCAB["b"], rows).astype(np.int64),
+              "x": rng.normal(size=rows).astype(np.float32)}
+  labels = ((features["a"] % 2 == 0) ^ (features["x"] > 0)).astype(
+      np.float32)
+  return features, labels
+
+
+def _model(config=CONFIG, name="deepfm"):
+  keras.utils.set_random_seed(1)
+  model = models.build_model(name, VOCAB, DENSE, OPTIONS)
+  training.compile_model(model, config)
+  return model
+
+
+def _np(value):
+  return keras.ops.convert_to_numpy(value)
+
+
+def _slot(optimizer, variable, kind):
+  """An Adam slot ("momentum" or "velocity") of ``variable``."""
+  name = variable.path.replace("/", "_") + "_" + kind
+  (slot,) = [v for v in optimizer.variables if v.name == name]
+  return _np(slot)
+
+
+def _log_loss_gradients(model, features, labels):
+  """d mean-BCE / d variable for every trainable variable, as NumPy."""
+  with tf.GradientTape() as tape:
+    logits = model(features)
+    loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(
+        labels=labels[:, None], logits=logits))
+  variables = model.trainable_variables
+  gradients = tape.gradient(loss, variables)
+  return {v.path: _np(tf.convert_to_tensor(g))
+          for v, g in zip(variables, gradients)}
+
+
+def _first_adam_step(weight, gradient, lr):
+  m = (1 - BETA_1) * gradient
+  v = (1 - BETA_2) * gradient**2
+  alpha = lr * math.sqrt(1 - BETA_2) / (1 - BETA_1)
+  return weight - alpha * m / (np.sqrt(v) + EPSILON)
+
+
+def test_training_config_validates():
+  with pytest.raises(ValueError, match="embed_lr"):
+    dataclasses.replace(CONFIG, embed_lr=-1.0)
+  with pytest.raises(ValueError, match="l2"):
+    dataclasses.replace(CONFIG, l2=float("nan"))
+  with pytest.raises(ValueError, match="steps_per_epoch"):
+    dataclasses.replace(CONFIG, steps_per_epoch=0)
+  with pytest.raises(ValueError, match="CowClip variant 'clip'"):
+    dataclasses.replace(CONFIG, cowclip_variant="clip")
+  with pytest.raises(ValueError, match="embedding_update 'lazy'"):
+    dataclasses.replace(CONFIG, embedding_update="lazy")
+  with pytest.raises(ValueError, match="XLA"):
+    dataclasses.replace(CONFIG, embedding_update="sparse", jit_compile=True)
+  assert CONFIG.warmup_steps == 4
+
+
+def test_linear_warmup_values():
+  schedule = training.LinearWarmup(2.0, 4)
+  values = [float(schedule(step)) for step in range(6)]
+  assert values == pytest.approx([0.5, 1.0, 1.5, 2.0, 2.0, 2.0])
+  assert float(training.LinearWarmup(2.0, 0)(0)) == 2.0
+  clone = training.LinearWarmup.from_config(schedule.get_config())
+  assert float(clone(1)) == pytest.approx(1.0)
+
+
+def test_two_optimizers_constant_embedding_lr_and_dense_warmup():
+  model = _model()
+  tables, dense = model.split_variables()
+  assert len(tables) == 2 * len(VOCAB)
+  assert model.embedding_optimizer is not model.optimizer
+  # Each optimizer has slots for its own variables only.
+  for optimizer, variables in ((model.embedding_optimizer, tables),
+                               (model.optimizer, dense)):
+    momentums = {v.name for v in optimizer.variables
+                 if v.name.endswith("_momentum")}
+    assert momentums == {v.path.replace("/", "_") + "_momentum"
+                         for v in variables}
+  features, labels = _batch(0)
+  dense_lrs, embedding_lrs = [], []
+  for _ in range(6):
+    dense_lrs.append(float(_np(model.optimizer.learning_rate)))
+    embedding_lrs.append(float(_np(model.embedding_optimizer.learning_rate)))
+    model.train_on_batch(features, labels)
+  assert dense_lrs == pytest.approx([2.5e-3, 5e-3, 7.5e-3, 1e-2, 1e-2, 1e-2])
+  assert embedding_lrs == pytest.approx([3e-2] * 6)
+  assert int(_np(model.optimizer.iterations)) == 6
+  assert int(_np(model.embedding_optimizer.iterations)) == 6
+
+
+def test_dense_step_applies_clipped_embedding_gradients_only():
+  model = _model()
+  features, labels = _batch(0)
+  before = {v.path: _np(v) for v in model.trainable_variables}
+  gradients = _log_loss_gradients(model, features, labels)
+  model.train_on_batch(features, labels)
+
+  clipped_some = False
+  for field, deep, wide in model.embedding_tables():
+    for table, clip in ((deep, True), (wide, False)):
+      # L2 convention: l2 * sum(W^2) over the whole table, so + 2 l2 W.
+      expected = gradients[table.path] + 2 * CONFIG.l2 * before[table.path]
+      if clip:
+        raw = expected
+        expected = _np(cowclip.clip_embedding_gradient(
+            tf.constant(raw), tf.constant(before[table.path]),
+            features[field], CONFIG.r, CONFIG.zeta))
+        clipped_some |= not np.allclose(expected, raw, rtol=1e-3)
+      np.testing.assert_allclose(
+          _slot(model.embedding_optimizer, table, "momentum"),
+          (1 - BETA_1) * expected, rtol=1e-4, atol=1e-9)
+      np.testing.assert_allclose(
+          _np(table),
+          _first_adam_step(before[table.path], expected, CONFIG.embed_lr),
+          rtol=1e-4, atol=1e-7)
+  assert clipped_some, "test data should trigger CowClip"
+
+  _, dense = model.split_variables()
+  dense_lr = CONFIG.dense_lr / CONFIG.warmup_steps
+  for variable in dense:  # No clipping, no L2, the warmed-up rate.
+    expected = gradients[variable.path]
+    np.testing.assert_allclose(_slot(model.optimizer, variable, "momentum"),
+                               (1 - BETA_1) * expected, rtol=1e-4, atol=1e-9)
+    np.testing.assert_allclose(
+        _np(variable), _first_adam_step(before[variable.path], expected,
+                                        dense_lr), rtol=1e-4, atol=1e-7)
+
+
+def test_cowclip_off_leaves_embedding_gradients_unclipped():
+  model = _model(dataclasses.replace(CONFIG, cowclip=False))
+  features, labels = _batch(0)
+  deep = model.embedding_tables()[0][1]
+  before = _np(deep)
+  gradient = _log_loss_gradients(model, features, labels)[deep.path]
+  model.train_on_batch(features, labels)
+  np.testing.assert_allclose(
+      _slot(model.embedding_optimizer, deep, "momentum"),
+      (1 - BETA_1) * (gradient + 2 * CONFIG.l2 * before), rtol=1e-4,
+      atol=1e-9)
+
+
+def test_sparse_step_touches_only_rows_in_the_batch():
+  model = _model(dataclasses.replace(CONFIG, embedding_update="sparse"))
+  assert isinstance(model.embedding_optimizer, training.LazyAdam)
+  features, labels = _batch(0, a_ids=(0, 1, 2, 3))
+  field, deep, wide = model.embedding_tables()[0]
+  present = np.unique(features[field])
+  absent = np.setdiff1d(np.arange(VOCAB[field]), present)
+  before = {t.path: _np(t) for t in (deep, wide)}
+  gradients = _log_loss_gradients(model, features, labels)
+  model.train_on_batch(features, labels)
+
+  for table, clip in ((deep, True), (wide, False)):
+    # L2 on the batch's rows only.
+    expected = gradients[table.path].copy()
+    expected[present] += 2 * CONFIG.l2 * before[table.path][present]
+    if clip:
+      expected = _np(cowclip.clip_embedding_gradient(
+          tf.constant(expected), tf.constant(before[table.path]),
+          features[field], CONFIG.r, CONFIG.zeta))
+    np.testing.assert_allclose(
+        _slot(model.embedding_optimizer, table, "momentum"),
+        (1 - BETA_1) * expected, rtol=1e-4, atol=1e-9)
+    after = _np(table)
+    np.testing.assert_array_equal(after[absent], before[table.path][absent])
+    np.testing.assert_allclose(
+        after[present], _first_adam_step(before[table.path], expected,
+                                         CONFIG.embed_lr)[present],
+        rtol=1e-4, atol=1e-7)
+
+  # A second batch without ids 0..3: those rows keep their values although
+  # their Adam momentum is not zero (dense Adam would move them).
+  moved_once = _np(deep)
+  features, labels = _batch(1, a_ids=(4, 5))
+  model.train_on_batch(features, labels)
+  np.testing.assert_array_equal(_np(deep)[present], moved_once[present])
+  assert not np.array_equal(_np(deep)[[4, 5]], moved_once[[4, 5]])
+
+
+def test_lazy_adam_matches_numpy_row_wise_adam():
+  variable = keras.Variable(np.arange(10, dtype=np.float32).reshape(5, 2))
+  optimizer = training.LazyAdam(learning_rate=0.1)
+  optimizer.build([variable])
+  expected = _np(variable).copy()
+  m, v = np.zeros_like(expected), np.zeros_like(expected)
+  steps = [  # (indices with a duplicate, values)
+      (np.array([0, 1, 1]), np.array([[1., -2.], [3., 4.], [-1., 1.]])),
+      (np.array([1, 3]), np.array([[0.5, 0.5], [2., -3.]])),
+  ]
+  after = []
+  for step, (indices, values) in enumerate(steps, start=1):
+    optimizer.apply([tf.IndexedSlices(tf.constant(values, tf.float32),
+                                      tf.constant(indices))], [variable])
+    gradient = np.zeros_like(expected)
+    np.add.at(gradient, indices, values)
+    rows = np.unique(indices)
+    m[rows] = BETA_1 * m[rows] + (1 - BETA_1) * gradient[rows]
+    v[rows] = BETA_2 * v[rows] + (1 - BETA_2) * gradient[rows]**2
+    alpha = 0.1 * math.sqrt(1 - BETA_2**step) / (1 - BETA_1**step)
+    expected[rows] -= alpha * m[rows] / (np.sqrt(v[rows]) + EPSILON)
+    np.testing.assert_allclose(_np(variable), expected, rtol=1e-5)
+    after.append(_np(variable))
+  # Not in the second gradient: rows 0, 2, 4 did not move at all.
+  np.testing.assert_array_equal(after[1][[0, 2, 4]], after[0][[0, 2, 4]])
+
+
+@pytest.mark.parametrize("update", training.EMBEDDING_UPDATES)
+def test_dense_and_sparse_updates_both_train(update):
+  model = _model(dataclasses.replace(CONFIG, embedding_update=update,
+                                     steps_per_epoch=8))
+  features, labels = _batch(3, rows=256, a_ids=tuple(range(7)))
+  data = tf.data.Dataset.from_tensor_slices((features, labels)).batch(32)
+  before = model.evaluate(data, verbose=0, return_dict=True)
+  history = model.fit(data, epochs=6, verbose=0)
+  after = model.evaluate(data, verbose=0, return_dict=True)
+  assert set(history.history) == {"loss", "logloss", "auc"}
+  assert after["logloss"] < before["logloss"] - 0.1
+  assert after["loss"] > after["logloss"]  # The L2 term is in the loss.
+
+
+def test_non_finite_loss_raises_with_epoch_and_step():
+  model = _model()
+  features, labels = _batch(0, rows=32)
+  features["x"][20] = np.nan  # In the third batch of 8.
+  data = tf.data.Dataset.from_tensor_slices((features, labels)).batch(8)
+  with pytest.raises(training.NonFiniteLossError,
+                     match="loss became nan at epoch 1 step 3"):
+    model.fit(data, epochs=2, verbose=0)
+
+
+def test_training_needs_compile_model():
+  model = models.build_model("wdl", VOCAB, DENSE, OPTIONS)
+  model.compile(optimizer="adam")
+  features, labels = _batch(0)
+  with pytest.raises(RuntimeError, match="training.compile_model"):
+    model.train_on_batch(features, labels)
+
+
+def test_sample_weights_are_rejected():
+  model = _model()
+  features, labels = _batch(0)
+  with pytest.raises(ValueError, match="sample weights"):
+    model.train_on_batch(features, labels, sample_weight=np.ones(8))
+
+
+def test_throughput_logger_logs_examples_per_second(tmp_path, capsys):
+  model = _model()
+  features, labels = _batch(0, rows=32)
+  data = tf.data.Dataset.from_tensor_slices((features, labels)).batch(8)
+  history = model.fit(data, epochs=2, verbose=0, callbacks=[
+      training.ThroughputLogger(8, log_dir=str(tmp_path))])
+  rates = history.history["examples_per_second"]
+  assert len(rates) == 2 and all(r > 0 for r in rates)
+  assert "Epoch 2:" in capsys.readouterr().out
+  events = list(tmp_path.glob("events.out.tfevents.*"))
+  assert events
+  tags = {value.tag for event in tf.compat.v1.train.summary_iterator(
+      str(events[0])) for value in event.summary.value}
+  assert "examples_per_second" in tags

@@ -1,0 +1,216 @@
+"""The tf.Transform preprocessing_fn and readers of what it writes.
+
+TFX Transform analyses the train split and transforms train and eval with the
+result, so every vocabulary (and its stored frequencies) is a training-set
+statistic. The output contract is in the ``trainer_module.features``
+docstring. Dense counts need no analyzer on purpose: each analyzer costs a
+fixed pipeline overhead, and ``log1p`` needs no dataset statistic.
+
+Missing values: the curated schemas have no fixed ``shape``, so every raw
+feature arrives as a SparseTensor that may have no value for a row (Criteo has
+many empty fields; a serving request may omit any feature). Missing
+categoricals become the empty token, which tf.Transform never puts in a
+vocabulary, so they land in the OOV bucket with the rare ids.
+"""
+
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_transform as tft
+from tensorflow_transform import analyzers as tft_analyzers
+
+from trainer_module import features
+
+# Sakamoto's day-of-week offsets by month; the formula's 0 is Sunday.
+_MONTH_OFFSETS = (0, 3, 2, 5, 0, 3, 5, 1, 4, 6, 2, 4)
+_WEEKDAY_TOKENS = ("Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat")
+
+# What tf.Transform writes (count 1) when a vocabulary would be empty, e.g.
+# every value of a field is below the frequency threshold.
+_EMPTY_VOCABULARY_TOKEN = tft_analyzers.get_empy_vocabulary_dummy_value(
+    tf.string)[1]
+
+
+def dataset_config(custom_config: Optional[Mapping[str, Any]]
+                  ) -> Tuple[features.DatasetSpec, int]:
+  """The dataset spec and vocabulary frequency threshold of a custom_config.
+
+  Args:
+    custom_config: Transform's custom_config: 'dataset' ('criteo'|'avazu') and
+      optional 'min_frequency' (int >= 1, default the spec's).
+
+  Returns:
+    (spec, min_frequency).
+
+  Raises:
+    ValueError: if a key is missing or has a bad value.
+  """
+  if not custom_config or "dataset" not in custom_config:
+    raise ValueError("Transform custom_config needs a 'dataset' key "
+                     f"({sorted(features.DATASETS)}); got {custom_config!r}")
+  spec = features.get_spec(custom_config["dataset"])
+  min_frequency = custom_config.get("min_frequency", spec.min_frequency)
+  if (isinstance(min_frequency, bool) or not isinstance(min_frequency, int) or
+      min_frequency < 1):
+    raise ValueError("custom_config['min_frequency'] must be an int >= 1; "
+                     f"got {min_frequency!r}")
+  return spec, min_frequency
+
+
+def _to_dense_vector(x: tf.SparseTensor, default_value: Any) -> tf.Tensor:
+  """[batch] values of a single-valued feature; absent values -> default."""
+  return tf.reshape(
+      tft.sparse_tensor_to_dense_with_shape(x, [None, 1], default_value), [-1])
+
+
+def _to_dense_tokens(x: tf.SparseTensor) -> tf.Tensor:
+  """[batch] string tokens of a categorical feature; absent -> ''."""
+  if x.dtype != tf.string:
+    x = tf.sparse.map_values(tf.strings.as_string, x)
+  return _to_dense_vector(x, "")
+
+
+def log1p_counts(counts: tf.Tensor) -> tf.Tensor:
+  """float32 log1p(max(count, 0)) of integer count features.
+
+  The Criteo counts are heavy-tailed (most values are small, a few reach
+  millions), so log1p gives the model a usable scale without any dataset
+  statistic (hence no analyzer). Negative values are rare sentinel-like codes
+  (I2 has -1..-3) and are clipped to 0. The CowClip reference min-max scaled
+  these features instead; one outlier in the training data then squashes
+  every other value towards 0.
+
+  Args:
+    counts: integer (or float) tensor of raw counts.
+
+  Returns:
+    float32 tensor of the same shape.
+  """
+  return tf.math.log1p(tf.maximum(tf.cast(counts, tf.float32), 0.0))
+
+
+def time_tokens(yymmddhh: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+  """Hour-of-day ('00'..'23') and weekday ('Mon'..'Sun') tokens of YYMMDDHH.
+
+  Years are 20YY. Values that are not a YYMMDDHH (negative, month 13, hour
+  24, the missing-value default -1, ...) give '' tokens, so they land in the
+  OOV bucket instead of failing the whole Transform run.
+
+  Args:
+    yymmddhh: int64 tensor such as 14102100 (2014-10-21, 00h).
+
+  Returns:
+    (hour_of_day tokens, weekday tokens), string tensors of the input shape.
+  """
+  hour = yymmddhh % 100
+  day = (yymmddhh // 100) % 100
+  month = (yymmddhh // 10000) % 100
+  valid = ((yymmddhh >= 0) & (yymmddhh < 100_000_000) & (hour <= 23) &
+           (day >= 1) & (day <= 31) & (month >= 1) & (month <= 12))
+  # Sakamoto's method: January and February count in the previous year.
+  year = 2000 + yymmddhh // 1_000_000 - tf.cast(month < 3, tf.int64)
+  offset = tf.gather(tf.constant(_MONTH_OFFSETS, tf.int64),
+                     tf.clip_by_value(month - 1, 0, 11))
+  weekday = (year + year // 4 - year // 100 + year // 400 + offset + day) % 7
+  empty = tf.fill(tf.shape(yymmddhh), "")
+  hour_tokens = tf.where(valid, tf.strings.as_string(hour, width=2, fill="0"),
+                         empty)
+  weekday_tokens = tf.where(valid, tf.gather(_WEEKDAY_TOKENS, weekday), empty)
+  return hour_tokens, weekday_tokens
+
+
+def _raw_input(inputs: Mapping[str, tf.SparseTensor], name: str,
+               spec: features.DatasetSpec) -> tf.SparseTensor:
+  """inputs[name], checked to be what the curated schema gives."""
+  if name not in inputs:
+    raise ValueError(f"{spec.name} preprocessing_fn: raw feature {name!r} is "
+                     f"not in the inputs ({sorted(inputs)}); does the schema "
+                     "match trainer_module/features.py?")
+  if not isinstance(inputs[name], tf.SparseTensor):
+    raise TypeError(f"{spec.name} preprocessing_fn: raw feature {name!r} is a "
+                    f"{type(inputs[name]).__name__}, expected a SparseTensor; "
+                    "the schema must not give it a fixed shape")
+  return inputs[name]
+
+
+def preprocessing_fn(inputs: Mapping[str, tf.SparseTensor],
+                     custom_config: Mapping[str, Any]) -> Dict[str, tf.Tensor]:
+  """Maps raw features to the transformed-feature contract of features.py.
+
+  Args:
+    inputs: raw features parsed with the curated schema (SparseTensors). The
+      label may be absent (serving); it is then not emitted.
+    custom_config: see `dataset_config`.
+
+  Returns:
+    {categorical field: int64 [batch] ids, dense field: float32 [batch],
+     label: float32 [batch] (if given)}.
+  """
+  spec, min_frequency = dataset_config(custom_config)
+  outputs = {}
+  for name in spec.dense:
+    outputs[name] = log1p_counts(
+        _to_dense_vector(_raw_input(inputs, name, spec), 0))
+
+  tokens = {}
+  for name in spec.int_categorical + spec.str_categorical:
+    tokens[name] = _to_dense_tokens(_raw_input(inputs, name, spec))
+  if spec.time_field:
+    tokens[features.HOUR_OF_DAY], tokens[features.WEEKDAY] = time_tokens(
+        _to_dense_vector(_raw_input(inputs, spec.time_field, spec), -1))
+  for name in spec.categorical_features:
+    # tft.apply_vocabulary cannot read a frequency-stored vocabulary (it
+    # takes the 'count token' line as the token); compute_and_apply does.
+    outputs[name] = tft.compute_and_apply_vocabulary(
+        tokens[name],
+        frequency_threshold=min_frequency,
+        num_oov_buckets=features.NUM_OOV_BUCKETS,
+        vocab_filename=features.vocabulary_name(name),
+        store_frequency=True)
+
+  if spec.label in inputs:
+    outputs[spec.label] = tf.cast(
+        _to_dense_vector(_raw_input(inputs, spec.label, spec), 0), tf.float32)
+  return outputs
+
+
+def vocabulary_sizes(tf_transform_output: tft.TFTransformOutput,
+                     spec: features.DatasetSpec) -> Dict[str, int]:
+  """Embedding table sizes: vocabulary size + NUM_OOV_BUCKETS per field."""
+  return {
+      name: tf_transform_output.vocabulary_size_by_name(
+          features.vocabulary_name(name)) + features.NUM_OOV_BUCKETS
+      for name in spec.categorical_features
+  }
+
+
+def vocabulary_frequencies(tf_transform_output: tft.TFTransformOutput,
+                           field: str) -> np.ndarray:
+  """Training-set count of every in-vocabulary id of a field.
+
+  Args:
+    tf_transform_output: the Transform output.
+    field: a name in spec.categorical_features.
+
+  Returns:
+    int64 array: element i is the train-split count of the token with id i
+    (ids are sorted by decreasing count). OOV ids are not included.
+
+  Raises:
+    ValueError: if the vocabulary is missing or a line is malformed.
+  """
+  name = features.vocabulary_name(field)
+  path = tf_transform_output.vocabulary_file_by_name(name)
+  if not path:
+    raise ValueError(f"no vocabulary {name!r} in the Transform output "
+                     f"{tf_transform_output.transform_savedmodel_dir}")
+  counts = []
+  with tf.io.gfile.GFile(path, "rb") as f:
+    for line_number, line in enumerate(f, start=1):
+      count, _, token = line.rstrip(b"\n").partition(b" ")
+      if not count.isdigit() or not token:
+        raise ValueError(f"{path}:{line_number}: expected 'count token', got "
+                         f"{line!r}")
+      counts.append(0 if token == _EMPTY_VOCABULARY_TOKEN else int(count))
+  return np.asarray(counts, dtype=np.int64)

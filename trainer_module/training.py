@@ -1,0 +1,415 @@
+"""The CowClip training step of the CTR models, its optimizers and callbacks.
+
+compile_model(model, config) sets a models.CTRModel up so that
+``model.fit(dataset_of_(features, label), ...)`` trains it the way the
+CowClip paper and its reference implementation (bytedance/LargeBatchCTR) do:
+
+* Two Adams. Every embedding table (deep and wide) is updated at a constant
+  ``embed_lr``; every other weight at ``dense_lr`` reached by a linear warmup
+  over ``warmup_epochs`` (the paper warms up the dense weights only: the
+  embedding rate is not scaled with the batch, so it needs no warmup).
+* Loss = mean-over-batch binary cross-entropy of the logits + the L2 term.
+  L2 convention (the reference's Keras ``l2(l2)`` embedding regularizer):
+  ``l2 * sum(W ** 2)``, i.e. gradient ``2 * l2 * W``, on every embedding
+  table, deep and wide. Dense weights get no L2.
+  - embedding_update="dense": the sum runs over whole tables, so every row
+    decays at every step, and Adam updates every row (the reference).
+  - embedding_update="sparse": the sum runs over the rows of the ids present
+    in the batch (each distinct id once), gradients stay tf.IndexedSlices
+    and LazyAdam touches only those rows. Much less work per step with big
+    vocabularies; a different algorithm (rows of absent ids do not move).
+* CowClip: the gradient of every DEEP table (loss + L2 term, as the
+  reference clips it) goes through cowclip.clip_embedding_gradient with the
+  field's ids of the batch. Wide tables and dense weights are not clipped.
+* Tracked metrics: ``loss`` (the objective above), ``logloss`` (its BCE part,
+  the CTR metric) and ``auc``, the same in train_step and test_step. (A
+  custom Keras 3 train_step has to track its loss itself.)
+* A non-finite loss raises NonFiniteLossError during fit (a guard callback
+  CTRModel.fit always adds), rather than exporting a broken model.
+
+XLA (``jit_compile``): the dense update compiles (fixed shapes: the id
+counts are a fixed-size segment sum) and XLA fuses the [V, d]-wide L2, clip
+and Adam element-wise work, which dominates the dense step on CPU; the
+sparse update uses tf.unique (dynamic shapes), which XLA cannot compile.
+So the default is XLA for "dense", no XLA for "sparse".
+"""
+
+import dataclasses
+import math
+import time
+from typing import List, Optional, Tuple
+
+import keras
+import tensorflow as tf
+
+from trainer_module import cowclip
+
+EMBEDDING_UPDATES = ("dense", "sparse")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingConfig:
+  """How to train: the SCALED hyperparameters plus the step's options.
+
+  Attributes:
+    dense_lr: peak Adam learning rate of the dense weights.
+    embed_lr: constant Adam learning rate of all embedding tables.
+    l2: L2 coefficient on the embedding tables (loss term l2 * sum(W^2)).
+    r: CowClip ratio of the row norm allowed per id occurrence.
+    zeta: CowClip lower bound of the per-occurrence threshold.
+    warmup_epochs: epochs of linear warmup of dense_lr (0: none).
+    steps_per_epoch: training steps in one epoch (sets the warmup length).
+    cowclip: clip the deep embedding gradients with CowClip.
+    cowclip_variant: threshold formula, one of cowclip.VARIANTS.
+    embedding_update: "dense" (the reference) or "sparse", see module doc.
+    jit_compile: XLA for the train step; None picks it per update mode
+      (see module doc).
+  """
+  dense_lr: float
+  embed_lr: float
+  l2: float
+  r: float
+  zeta: float
+  warmup_epochs: float
+  steps_per_epoch: int
+  cowclip: bool = True
+  cowclip_variant: str = "paper"
+  embedding_update: str = "dense"
+  jit_compile: Optional[bool] = None
+
+  def __post_init__(self):
+    for name in ("dense_lr", "embed_lr", "l2", "r", "zeta", "warmup_epochs"):
+      value = getattr(self, name)
+      if not (isinstance(value, (int, float)) and math.isfinite(value) and
+              value >= 0):
+        raise ValueError(f"TrainingConfig.{name} must be a finite number "
+                         f">= 0, got {value!r}")
+    if (isinstance(self.steps_per_epoch, bool) or
+        not isinstance(self.steps_per_epoch, int) or
+        self.steps_per_epoch <= 0):
+      raise ValueError("TrainingConfig.steps_per_epoch must be a positive "
+                       f"integer, got {self.steps_per_epoch!r}")
+    if self.cowclip_variant not in cowclip.VARIANTS:
+      raise ValueError(f"unknown CowClip variant {self.cowclip_variant!r}; "
+                       f"choose one of {cowclip.VARIANTS}")
+    if self.embedding_update not in EMBEDDING_UPDATES:
+      raise ValueError(f"unknown embedding_update "
+                       f"{self.embedding_update!r}; choose one of "
+                       f"{EMBEDDING_UPDATES}")
+    if self.embedding_update == "sparse" and self.jit_compile:
+      raise ValueError("sparse embedding updates cannot use XLA "
+                       "(jit_compile=True): they need tf.unique, whose "
+                       "output shape depends on the batch")
+
+  @property
+  def warmup_steps(self) -> int:
+    return round(self.warmup_epochs * self.steps_per_epoch)
+
+  @property
+  def use_xla(self) -> bool:
+    if self.jit_compile is not None:
+      return self.jit_compile
+    return self.embedding_update == "dense"
+
+
+@keras.saving.register_keras_serializable(package="cowclip_ctr")
+class LinearWarmup(keras.optimizers.schedules.LearningRateSchedule):
+  """peak * min(1, (step + 1) / warmup_steps): linear from 0 to peak.
+
+  ``step`` is the optimizer's iteration count (0 at the first update), so
+  the first update already moves (peak / warmup_steps) and update number
+  ``warmup_steps`` is the first at the full rate.
+  """
+
+  def __init__(self, peak: float, warmup_steps: int):
+    self.peak = peak
+    self.warmup_steps = warmup_steps
+
+  def __call__(self, step):
+    if self.warmup_steps <= 0:
+      return tf.constant(self.peak, tf.float32)
+    progress = (tf.cast(step, tf.float32) + 1.0) / float(self.warmup_steps)
+    return self.peak * tf.minimum(1.0, progress)
+
+  def get_config(self):
+    return {"peak": self.peak, "warmup_steps": self.warmup_steps}
+
+
+@keras.saving.register_keras_serializable(package="cowclip_ctr")
+class LazyAdam(keras.optimizers.Adam):
+  """Adam that updates only the rows of tf.IndexedSlices gradients.
+
+  Keras 3's Adam densifies an IndexedSlices gradient (``gradient - m``), so
+  every row's moments decay and every row moves at every step. Here, for an
+  IndexedSlices gradient, only the rows it names get the Adam moment and
+  weight updates (scatter ops; TF Addons' LazyAdam semantics, bias
+  correction from the global step). Dense gradients get plain Adam.
+  """
+
+  def __init__(self, *args, **kwargs):
+    super().__init__(*args, **kwargs)
+    if self.amsgrad:
+      raise ValueError("LazyAdam does not support amsgrad")
+
+  def update_step(self, gradient, variable, learning_rate):
+    if not isinstance(gradient, tf.IndexedSlices):
+      return super().update_step(gradient, variable, learning_rate)
+    gradient = sum_duplicate_slices(gradient)
+    rows = gradient.indices
+    values = tf.cast(gradient.values, variable.dtype)
+    step = tf.cast(self.iterations + 1, variable.dtype)
+    beta_1 = tf.cast(self.beta_1, variable.dtype)
+    beta_2 = tf.cast(self.beta_2, variable.dtype)
+    alpha = (tf.cast(learning_rate, variable.dtype) *
+             tf.sqrt(1 - tf.pow(beta_2, step)) / (1 - tf.pow(beta_1, step)))
+    index = self._get_variable_index(variable)
+    m = self._momentums[index]
+    v = self._velocities[index]
+    m_rows = beta_1 * tf.gather(m, rows) + (1 - beta_1) * values
+    v_rows = beta_2 * tf.gather(v, rows) + (1 - beta_2) * tf.square(values)
+    self.assign(m, tf.IndexedSlices(m_rows, rows))
+    self.assign(v, tf.IndexedSlices(v_rows, rows))
+    self.assign_sub(variable, tf.IndexedSlices(
+        alpha * m_rows / (tf.sqrt(v_rows) + self.epsilon), rows))
+
+
+def sum_duplicate_slices(slices: tf.IndexedSlices) -> tf.IndexedSlices:
+  """The same gradient with one slice per distinct row (values summed).
+
+  Scatter updates of repeated rows would keep only one of them.
+  """
+  rows, position = tf.unique(slices.indices)
+  values = tf.math.unsorted_segment_sum(slices.values, position,
+                                        tf.shape(rows)[0])
+  return tf.IndexedSlices(values, rows, slices.dense_shape)
+
+
+class NonFiniteLossError(FloatingPointError):
+  """The training loss became NaN or infinite: the run is unusable."""
+
+
+class NonFiniteLossGuard(keras.callbacks.Callback):
+  """Raises NonFiniteLossError as soon as the training loss is not finite.
+
+  Keras' TerminateOnNaN only stops training, after which the pipeline would
+  export the broken model; an exception fails the run visibly. The logged
+  loss is the running mean of the epoch, so it turns non-finite at the
+  first bad step.
+  """
+
+  def __init__(self):
+    super().__init__()
+    self._epoch = 0
+
+  def on_epoch_begin(self, epoch, logs=None):
+    self._epoch = epoch
+
+  def on_train_batch_end(self, batch, logs=None):
+    loss = (logs or {}).get("loss")
+    if loss is not None and not math.isfinite(float(loss)):
+      raise NonFiniteLossError(
+          f"loss became {float(loss)} at epoch {self._epoch + 1} step "
+          f"{batch + 1}; training stopped so no broken model is exported "
+          "(lower the learning rates, raise l2, or check the input "
+          "features for NaN/inf)")
+
+
+class ThroughputLogger(keras.callbacks.Callback):
+  """Logs training examples/second per epoch (console, logs, TensorBoard).
+
+  The rate covers the training steps only (not validation) and leaves out
+  the first step of each epoch, which in the first epoch traces and
+  compiles the step function; the last, partial batch counts as full.
+  The value is also put into the epoch logs as ``examples_per_second``, so
+  History and a TensorBoard callback placed after this one record it.
+  """
+
+  def __init__(self, batch_size: int, log_dir: Optional[str] = None):
+    super().__init__()
+    self.batch_size = batch_size
+    self.log_dir = log_dir
+    self._writer = None
+    self._first_step_end = None
+    self._last_step_end = None
+    self._steps = 0
+
+  def on_epoch_begin(self, epoch, logs=None):
+    self._first_step_end = None
+    self._steps = 0
+
+  def on_train_batch_end(self, batch, logs=None):
+    now = time.perf_counter()
+    if self._first_step_end is None:
+      self._first_step_end = now
+    self._last_step_end = now
+    self._steps = batch + 1
+
+  def on_epoch_end(self, epoch, logs=None):
+    if self._steps < 2:
+      return  # Only the compile step was timed: no meaningful rate.
+    seconds = self._last_step_end - self._first_step_end
+    rate = (self._steps - 1) * self.batch_size / seconds
+    print(f"Epoch {epoch + 1}: {rate:,.0f} examples/s "
+          f"({self._steps - 1} steps of batch {self.batch_size} in "
+          f"{seconds:.2f} s)", flush=True)
+    if logs is not None:
+      logs["examples_per_second"] = rate
+    if self.log_dir:
+      if self._writer is None:
+        self._writer = tf.summary.create_file_writer(self.log_dir)
+      with self._writer.as_default():
+        tf.summary.scalar("examples_per_second", rate, step=epoch)
+      self._writer.flush()
+
+
+class CowClipTrainer:
+  """The training half of models.CTRModel (Keras mixes Trainer into Model
+  the same way): train/test steps, metrics, the NaN guard.
+
+  Needs ``embedding_tables()`` and ``field_ids()`` from the model, and
+  compile_model to have set the optimizers and the config.
+  """
+
+  def __init__(self, *args, **kwargs):
+    super().__init__(*args, **kwargs)
+    # Metrics must exist before the model is built (Keras locks its state).
+    self.loss_tracker = keras.metrics.Mean(name="loss")
+    self.logloss_tracker = keras.metrics.Mean(name="logloss")
+    self.auc = keras.metrics.AUC(from_logits=True, name="auc")
+    self.training_config = None
+    self.embedding_optimizer = None
+
+  @property
+  def metrics(self):
+    # Only these, so Keras resets them each epoch and the logs hold them.
+    return [self.loss_tracker, self.logloss_tracker, self.auc]
+
+  def split_variables(self) -> Tuple[List[keras.Variable],
+                                     List[keras.Variable]]:
+    """(embedding tables: deep and wide of each field, dense weights)."""
+    tables = [v for _, deep, wide in self.embedding_tables()
+              for v in (deep, wide)]
+    table_ids = {id(v) for v in tables}
+    dense = [v for v in self.trainable_variables if id(v) not in table_ids]
+    return tables, dense
+
+  def fit(self, *args, **kwargs):
+    """keras.Model.fit, always with a NonFiniteLossGuard."""
+    callbacks = list(kwargs.pop("callbacks", None) or [])
+    if not any(isinstance(c, NonFiniteLossGuard) for c in callbacks):
+      callbacks.append(NonFiniteLossGuard())
+    return super().fit(*args, callbacks=callbacks, **kwargs)
+
+  def _config(self) -> TrainingConfig:
+    if self.training_config is None:
+      raise RuntimeError(f"model {self.name!r} was not compiled for CowClip "
+                         "training: call training.compile_model(model, "
+                         "config) before fit/evaluate")
+    return self.training_config
+
+  def _features_and_labels(self, data):
+    features, labels, sample_weight = keras.utils.unpack_x_y_sample_weight(
+        data)
+    if sample_weight is not None:
+      raise ValueError("sample weights are not supported: the CowClip "
+                       "thresholds assume a plain batch-mean loss")
+    if labels is None:
+      raise ValueError("training and evaluation data must be "
+                       "(features, label) pairs")
+    return features, tf.reshape(tf.cast(labels, tf.float32), [-1, 1])
+
+  def _l2_penalty(self, features, config: TrainingConfig):
+    """l2 * sum(W^2) over the tables (dense) or the batch's rows (sparse).
+
+    In sparse mode the rows are gathered inside the tape, so the penalty's
+    gradient 2 * l2 * W_k comes out as IndexedSlices on those rows only.
+    """
+    squares = []
+    for field, deep, wide in self.embedding_tables():
+      if config.embedding_update == "dense":
+        squares += [tf.reduce_sum(tf.square(deep)),
+                    tf.reduce_sum(tf.square(wide))]
+      else:
+        rows, _ = tf.unique(self.field_ids(features, field))
+        squares += [tf.reduce_sum(tf.square(tf.gather(deep, rows))),
+                    tf.reduce_sum(tf.square(tf.gather(wide, rows)))]
+    return config.l2 * tf.add_n(squares)
+
+  def _update_metrics(self, labels, logits, logloss, loss):
+    batch = tf.shape(labels)[0]
+    self.loss_tracker.update_state(loss, sample_weight=batch)
+    self.logloss_tracker.update_state(logloss, sample_weight=batch)
+    self.auc.update_state(labels, logits)
+    return {m.name: m.result() for m in self.metrics}
+
+  def train_step(self, data):
+    config = self._config()
+    features, labels = self._features_and_labels(data)
+    tables, dense = self.split_variables()
+    with tf.GradientTape() as tape:
+      logits = self(features, training=True)
+      logloss = _mean_log_loss(labels, logits)
+      loss = logloss + self._l2_penalty(features, config)
+    gradients = tape.gradient(loss, tables + dense)
+    table_gradients = gradients[:len(tables)]
+    if config.embedding_update == "dense":
+      # Already dense (the L2 term covers whole tables); make sure of it.
+      table_gradients = [tf.convert_to_tensor(g) for g in table_gradients]
+    if config.cowclip:
+      for i, (field, deep, _) in enumerate(self.embedding_tables()):
+        table_gradients[2 * i] = cowclip.clip_embedding_gradient(
+            table_gradients[2 * i], deep, self.field_ids(features, field),
+            config.r, config.zeta, config.cowclip_variant)
+    self.embedding_optimizer.apply(table_gradients, tables)
+    self.optimizer.apply(gradients[len(tables):], dense)
+    return self._update_metrics(labels, logits, logloss, loss)
+
+  def test_step(self, data):
+    config = self._config()
+    features, labels = self._features_and_labels(data)
+    logits = self(features, training=False)
+    logloss = _mean_log_loss(labels, logits)
+    loss = logloss + self._l2_penalty(features, config)
+    return self._update_metrics(labels, logits, logloss, loss)
+
+  def _trackable_children(self, save_type="checkpoint", **kwargs):
+    children = super()._trackable_children(save_type, **kwargs)
+    if save_type == "savedmodel":
+      # A serving SavedModel needs the weights, not 2 Adam slots per weight
+      # (3x the embedding tables); checkpoints keep them.
+      for name in ("optimizer", "embedding_optimizer"):
+        children.pop(name, None)
+    return children
+
+
+def _mean_log_loss(labels, logits):
+  return tf.reduce_mean(
+      tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
+
+
+def compile_model(model: CowClipTrainer, config: TrainingConfig) -> None:
+  """Sets up ``model`` (a models.CTRModel) for fit/evaluate with ``config``.
+
+  Creates the embedding optimizer (Adam, or LazyAdam for sparse updates) and
+  the warmed-up dense Adam, each built on its own variables only (no Adam
+  slots for variables another optimizer updates), and compiles the model
+  with the dense one as ``model.optimizer`` (so Keras callbacks that read
+  ``optimizer.iterations``/``learning_rate`` see the step count and the
+  warmup).
+  """
+  if not isinstance(model, CowClipTrainer):
+    raise TypeError(f"compile_model needs a models.CTRModel, got "
+                    f"{type(model).__name__}")
+  tables, dense = model.split_variables()
+  embedding_class = (LazyAdam if config.embedding_update == "sparse" else
+                     keras.optimizers.Adam)
+  embedding_optimizer = embedding_class(learning_rate=config.embed_lr,
+                                        name="embedding_adam")
+  embedding_optimizer.build(tables)
+  dense_optimizer = keras.optimizers.Adam(
+      learning_rate=LinearWarmup(config.dense_lr, config.warmup_steps),
+      name="dense_adam")
+  dense_optimizer.build(dense)
+  model.compile(optimizer=dense_optimizer, jit_compile=config.use_xla)
+  model.embedding_optimizer = embedding_optimizer
+  model.training_config = config
