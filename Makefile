@@ -15,7 +15,7 @@ PYTHON310 ?= $(shell for p in $$(pyenv root 2>/dev/null)/versions/3.10*/bin/pyth
 
 RUN_DIR := runs/quickstart
 RUN_DATA := runs/data/criteo_train.txt
-RUN_ROWS := 50000
+RUN_ROWS := 100000
 
 .PHONY: help venv run test test-fast clean
 
@@ -40,7 +40,7 @@ $(RUN_DATA): | venv
 	$(PY) -m pipeline generate --format criteo --rows $(RUN_ROWS) --seed 0 --out $@
 
 run: venv $(RUN_DATA)
-	$(PY) -m pipeline run --dataset criteo --data $(RUN_DATA) --output $(RUN_DIR) --epochs 2
+	$(PY) -m pipeline run --dataset criteo --data $(RUN_DATA) --output $(RUN_DIR) --embed-lr 1e-2
 
 test: venv
 	$(PY) -m pytest -ra --durations=15

@@ -17,7 +17,7 @@ os.environ["TF_USE_LEGACY_KERAS"] = "0"
 import argparse
 import logging
 import sys
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 EXIT_FAILED = 1
 EXIT_NOT_PUSHED = 3
@@ -27,10 +27,29 @@ HPARAM_FLAGS = {"dense-lr": "dense_lr", "embed-lr": "embed_lr", "l2": "l2",
                 "r": "r", "zeta": "zeta", "warmup-epochs": "warmup_epochs"}
 
 
+def _floats(text: str) -> tuple:
+  return tuple(float(x) for x in text.split(","))
+
+
+def _ints(text: str) -> tuple:
+  return tuple(int(x) for x in text.split(","))
+
+
+def _names(text: str) -> tuple:
+  return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+# CLI flag (dest) -> ModelOptions field; unset flags keep the defaults.
+MODEL_OPTION_FLAGS = ("embedding_dim", "hidden_units", "cross_layers",
+                      "dcnv2_low_rank")
+
+
 def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
   from trainer_module import features
   from trainer_module import models
   from trainer_module import scaling
+  from trainer_module import cowclip
+  from trainer_module import training
   from pipeline import config as config_lib
   parser.add_argument("--dataset", required=True,
                       choices=sorted(features.DATASETS))
@@ -63,6 +82,43 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
   parser.add_argument("--min-auc", type=float,
                       default=config_lib.DEFAULT_MIN_AUC,
                       help="AUC floor (overall slice) for pushing")
+  parser.add_argument("--calibration-band", type=_floats, default=None,
+                      metavar="LOW,HIGH", help="allowed calibration (mean "
+                      "prediction / mean label), overall slice (default "
+                      f"{','.join(map(str, config_lib.DEFAULT_CALIBRATION_BAND))})")
+  parser.add_argument("--max-auc-drop", type=float,
+                      default=config_lib.DEFAULT_MAX_AUC_DROP,
+                      help="allowed AUC drop vs the last blessed model")
+  parser.add_argument("--max-logloss-increase", type=float,
+                      default=config_lib.DEFAULT_MAX_LOGLOSS_INCREASE,
+                      help="allowed log-loss rise vs the last blessed model")
+  parser.add_argument("--slice-features", type=_names, default=None,
+                      metavar="F1,F2", help="categorical features to slice "
+                      "the evaluation by (default: per dataset)")
+  parser.add_argument("--min-slice-size", type=int,
+                      default=config_lib.DEFAULT_MIN_SLICE_SIZE)
+  parser.add_argument("--frequency-field", default="all",
+                      help="'all' or one categorical feature: what the "
+                      "id-frequency slice buckets examples by")
+  parser.add_argument("--frequency-thresholds", type=_ints, default=None,
+                      metavar="RARE,FREQUENT", help="training-count "
+                      "boundaries of the rare/medium/frequent buckets "
+                      "(default "
+                      f"{','.join(map(str, config_lib.DEFAULT_FREQUENCY_THRESHOLDS))})")
+  parser.add_argument("--embedding-update", default="dense",
+                      choices=training.EMBEDDING_UPDATES,
+                      help="dense: L2 and Adam on every row every step (the "
+                      "paper); sparse: only rows of ids in the batch")
+  parser.add_argument("--cowclip-variant", default="paper",
+                      choices=cowclip.VARIANTS,
+                      help="paper: cnt*max(r*||w||, zeta); reference: the "
+                      "authors' code, cnt*r*max(||w||, r*sqrt(d)*zeta)")
+  parser.add_argument("--embedding-dim", type=int, default=None)
+  parser.add_argument("--hidden-units", type=_ints, default=None,
+                      metavar="U1,U2,...")
+  parser.add_argument("--cross-layers", type=int, default=None)
+  parser.add_argument("--dcnv2-low-rank", type=int, default=None,
+                      help="DCNv2 mixture of low-rank experts of this rank")
   parser.add_argument("--beam-arg", dest="beam_args", action="append",
                       default=None, help="extra Beam pipeline argument "
                       "(repeatable), e.g. --beam-arg=--direct_num_workers=2")
@@ -70,6 +126,33 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(f"--{flag}", dest=key, type=float, default=None,
                         help=f"override the base {key} (at the dataset's "
                         "base batch size; the scaling rule maps it)")
+  _add_tuning_arguments(parser)
+
+
+def _add_tuning_arguments(parser: argparse.ArgumentParser) -> None:
+  from trainer_module import tuner
+  tuning = parser.add_argument_group(
+      "tuning", "KerasTuner search over the BASE hyperparameters (at the "
+      "base batch size); trials train at --batch-size with the scaling rule")
+  tuning.add_argument("--tune", action="store_true",
+                      help="insert the Tuner before the Trainer, which then "
+                      "trains with the best values")
+  tuning.add_argument("--trials", type=int, default=None,
+                      help="trial budget (default 10)")
+  tuning.add_argument("--tuner", default=None, choices=tuner.TUNERS,
+                      help="search algorithm (default random)")
+  tuning.add_argument("--search-space", metavar="FILE.json", default=None,
+                      help='bounds replacing the defaults, e.g. {"dense_lr": '
+                      '[1e-4, 1e-2], "r": 1.0}: [low, high], choices for '
+                      "sizes, one number to fix a value")
+  tuning.add_argument("--tune-model-size", action="store_true",
+                      help="also search embedding_dim, dnn_units, dnn_layers")
+  tuning.add_argument("--hparams-from", metavar="PATH", default=None,
+                      help="train with an earlier tuning result instead: a "
+                      "Tuner's best_hyperparameters artifact directory or "
+                      "the --output DIR of `tune`")
+  # The `tune` subcommand sets it: the pipeline then ends at the Tuner.
+  parser.set_defaults(tuning_job=False)
 
 
 def config_from_args(args: argparse.Namespace):
@@ -78,6 +161,12 @@ def config_from_args(args: argparse.Namespace):
   overrides = {key: getattr(args, key) for key in HPARAM_FLAGS.values()
                if getattr(args, key) is not None}
   extra = {"beam_args": tuple(args.beam_args)} if args.beam_args else {}
+  extra.update(_tuning_settings(args))
+  for name in ("calibration_band", "frequency_thresholds"):
+    if getattr(args, name) is not None:
+      extra[name] = getattr(args, name)
+  options = {name: getattr(args, name) for name in MODEL_OPTION_FLAGS
+             if getattr(args, name) is not None}
   return PipelineConfig(
       dataset=args.dataset, data=args.data, output=args.output,
       model=args.model, batch_size=args.batch_size, epochs=args.epochs,
@@ -85,7 +174,44 @@ def config_from_args(args: argparse.Namespace):
       cowclip=args.cowclip, hparams=overrides,
       min_frequency=args.min_frequency, eval_fraction=args.eval_fraction,
       split=args.split, max_bad_fraction=args.max_bad_fraction,
-      min_auc=args.min_auc, **extra)
+      min_auc=args.min_auc, max_auc_drop=args.max_auc_drop,
+      max_logloss_increase=args.max_logloss_increase,
+      slice_features=args.slice_features, min_slice_size=args.min_slice_size,
+      frequency_field=args.frequency_field,
+      embedding_update=args.embedding_update,
+      cowclip_variant=args.cowclip_variant, model_options=options, **extra)
+
+
+def _tuning_settings(args: argparse.Namespace) -> Dict[str, Any]:
+  """PipelineConfig's tuning fields from `run`/`tune` arguments.
+
+  Reads and checks the --search-space file and the --hparams-from PATH,
+  so their errors name them.
+  """
+  settings = {}
+  if args.tuning_job or args.tune:
+    from trainer_module import tuner
+    settings.update(tune=True, stop_after_tuner=args.tuning_job,
+                    tune_model_size=args.tune_model_size)
+    if args.trials is not None:
+      settings["trials"] = args.trials
+    if args.tuner is not None:
+      settings["tuner"] = args.tuner
+    if args.search_space:
+      settings["search_space"] = tuner.load_search_space(
+          args.search_space, args.dataset, args.tune_model_size)
+  else:
+    given = [flag for flag, value in (
+        ("--trials", args.trials), ("--tuner", args.tuner),
+        ("--search-space", args.search_space),
+        ("--tune-model-size", args.tune_model_size)) if value]
+    if given:
+      raise ValueError(f"{', '.join(given)} only apply with --tune")
+  if args.hparams_from:
+    from pipeline import tune
+    settings["hparams_from"] = tune.resolve_hparams_dir(args.hparams_from,
+                                                        args.dataset)
+  return settings
 
 
 def root_cause(error: BaseException) -> BaseException:
@@ -102,16 +228,34 @@ def _run(args: argparse.Namespace) -> int:
   try:
     outcome = runner.run_pipeline(config)
   except Exception as error:  # pylint: disable=broad-except
-    cause = root_cause(error)
-    logging.debug("pipeline failed", exc_info=error)
-    print(f"\nerror: the pipeline failed: {type(cause).__name__}: {cause}",
-          file=sys.stderr)
-    print(f"(artifacts already produced are kept under {config.output}; "
-          "re-run with the same --output to resume from the cache)",
-          file=sys.stderr)
-    return EXIT_FAILED
+    return _pipeline_failed(config.output, error)
+  from pipeline import report
   print(outcome.describe())
+  print(f"report:           "
+        f"{os.path.join(config.output, report.REPORT_DIR, report.INDEX_PAGE)}")
   return 0 if outcome.pushed else EXIT_NOT_PUSHED
+
+
+def _pipeline_failed(output: str, error: Exception) -> int:
+  cause = root_cause(error)
+  logging.debug("pipeline failed", exc_info=error)
+  print(f"\nerror: the pipeline failed: {type(cause).__name__}: {cause}",
+        file=sys.stderr)
+  print(f"(artifacts already produced are kept under {output}; "
+        "re-run with the same --output to resume from the cache)",
+        file=sys.stderr)
+  return EXIT_FAILED
+
+
+def _tune(args: argparse.Namespace) -> int:
+  from pipeline import tune
+  config = config_from_args(args)
+  try:
+    outcome = tune.run_tuning(config)
+  except Exception as error:  # pylint: disable=broad-except
+    return _pipeline_failed(config.output, error)
+  print(outcome.describe())
+  return 0
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -122,7 +266,20 @@ def _generate(args: argparse.Namespace) -> int:
   return 0
 
 
+def _report(args: argparse.Namespace) -> int:
+  from pipeline import report
+  run = report.read_run(args.dir, args.min_slice_size)
+  print(report.describe(run))
+  print(f"report:    {report.write_run_page(run)}")
+  if args.compare:
+    runs = [run, report.read_run(args.compare, args.min_slice_size)]
+    print("\n" + report.describe_comparison(runs))
+    print(f"compare:   {report.write_comparison_page(runs)}")
+  return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
+  from pipeline import config as config_lib
   parser = argparse.ArgumentParser(
       prog="python -m pipeline",
       description="CowClip CTR training pipeline (TFX).")
@@ -130,6 +287,13 @@ def build_parser() -> argparse.ArgumentParser:
   run = commands.add_parser("run", help="run the whole pipeline locally")
   _add_run_arguments(run)
   run.set_defaults(handler=_run)
+  tune = commands.add_parser(
+      "tune", help="tune the base hyperparameters alone (KerasTuner)",
+      description="Ingestion, Transform and the Tuner only; writes the best "
+      "hyperparameters (JSON), the trial table (CSV, JSON) and a plot to "
+      "--output. `run --hparams-from DIR` trains with the result.")
+  _add_run_arguments(tune)
+  tune.set_defaults(handler=_tune, tuning_job=True)
   gen = commands.add_parser(
       "generate", help="write synthetic Criteo/Avazu-layout raw data")
   gen.add_argument("--format", required=True, choices=("criteo", "avazu"))
@@ -137,6 +301,28 @@ def build_parser() -> argparse.ArgumentParser:
   gen.add_argument("--seed", type=int, default=0)
   gen.add_argument("--out", required=True, help="output file path")
   gen.set_defaults(handler=_generate)
+  rep = commands.add_parser(
+      "report", help="write DIR/report/index.html and print the summary")
+  rep.add_argument("dir", help="the --output DIR of a pipeline run")
+  rep.add_argument("--compare", metavar="OTHER_DIR", default=None,
+                   help="also put the run beside OTHER_DIR's "
+                   "(DIR/report/compare.html)")
+  rep.add_argument("--min-slice-size", type=int,
+                   default=config_lib.DEFAULT_MIN_SLICE_SIZE,
+                   help="leave out slices with fewer eval examples")
+  rep.set_defaults(handler=_report)
+  from pipeline import kubeflow
+  kubeflow.add_compile_parser(commands)
+  from pipeline import benchmark
+  from pipeline import study
+  bench = commands.add_parser(
+      "benchmark", help="time the training step per batch size")
+  benchmark.add_arguments(bench)
+  bench.set_defaults(handler=benchmark.main)
+  scaling_study = commands.add_parser(
+      "study", help="train every scaling rule x batch size on one Transform")
+  study.add_arguments(scaling_study)
+  scaling_study.set_defaults(handler=study.main)
   return parser
 
 

@@ -7,7 +7,7 @@ turns it into TFX components. Defaults that depend on the dataset come from
 
 import dataclasses
 import os
-from typing import Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from trainer_module import features
 
@@ -32,9 +32,24 @@ DIRECT_BEAM_ARGS = ("--runner=FnApiRunner", "--direct_running_mode=in_memory",
 # copies the accelerator type verbatim into the pod's resource limits.
 DEFAULT_ACCELERATOR = "nvidia.com/gpu"
 
-# The first run of a pipeline has no baseline: it is judged by this floor.
-# 0.5 is chance for a binary classifier; anything at or below it is broken.
+# The evaluation gate (overall slice). The first run of a pipeline has no
+# baseline and is judged by the absolute checks alone: an AUC floor just
+# above chance (0.5) that catches a broken model on any dataset, and a
+# calibration band of +-10% (mean prediction / mean label): beyond it every
+# auction is mispriced by more than a typical bid adjustment. Later runs must
+# also match the latest blessed model: AUC may not drop by more than 0.001
+# (the "0.1% AUC" CTR teams treat as a real loss) and log loss may not rise
+# by more than 0.001.
 DEFAULT_MIN_AUC = 0.55
+DEFAULT_CALIBRATION_BAND = (0.9, 1.1)
+DEFAULT_MAX_AUC_DROP = 0.001
+DEFAULT_MAX_LOGLOSS_INCREASE = 0.001
+# Slices smaller than this are not reported (noise, and privacy).
+DEFAULT_MIN_SLICE_SIZE = 100
+# Id-frequency slice: an example's typical training-set id count (geometric
+# mean over its fields, or the count in one field) below the first threshold
+# is "rare", below the second "medium", else "frequent".
+DEFAULT_FREQUENCY_THRESHOLDS = (100, 10000)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +74,19 @@ class PipelineConfig:
     split: 'hash' (deterministic per row) or 'sequential' (the tail is eval).
     max_bad_fraction: share of malformed rows dropped before failing.
     min_auc: the Evaluator's absolute AUC floor on the overall slice.
+    calibration_band: (low, high) allowed calibration, overall slice.
+    max_auc_drop: allowed AUC drop against the latest blessed model.
+    max_logloss_increase: allowed log-loss rise against that model.
+    slice_features: categorical raw features to slice the evaluation by
+      (None: the dataset's defaults).
+    min_slice_size: slices with fewer eval examples are left out of the
+      report (they are noise).
+    frequency_field: 'all' or one categorical feature: what the id-frequency
+      slice buckets examples by.
+    frequency_thresholds: (rare/medium, medium/frequent) training counts.
+    embedding_update: 'dense' (the paper) or 'sparse' (rows in the batch).
+    cowclip_variant: 'paper' or 'reference' threshold formula.
+    model_options: overrides of trainer_module.models.ModelOptions fields.
     beam_args: extra Beam pipeline arguments.
     schema_root: directory holding <dataset>/schema.pbtxt (a container path
       when the pipeline is compiled for Kubeflow).
@@ -66,6 +94,17 @@ class PipelineConfig:
       orchestrators that own the store (Kubeflow: the cluster's MySQL).
     trainer_gpus: accelerators the Trainer's pod requests (0: none).
     trainer_accelerator: the accelerator type of that request.
+    tune: insert the Tuner (KerasTuner over the base hyperparameters) before
+      the Trainer, which then trains with the best values found.
+    trials: the Tuner's trial budget.
+    tuner: one of trainer_module.tuner.TUNERS.
+    search_space: bounds replacing the default ones, by name (see
+      trainer_module.tuner: [low, high], choices, or a fixed value).
+    tune_model_size: also search embedding_dim, dnn_units and dnn_layers.
+    hparams_from: a directory holding only best_hyperparameters.txt (a
+      Tuner's best_hyperparameters artifact) that the Trainer uses instead
+      of tuning again.
+    stop_after_tuner: end the pipeline at the Tuner (the tuning job).
   """
   dataset: str
   data: str
@@ -82,11 +121,28 @@ class PipelineConfig:
   split: str = "hash"
   max_bad_fraction: float = 0.001
   min_auc: float = DEFAULT_MIN_AUC
+  calibration_band: Tuple[float, float] = DEFAULT_CALIBRATION_BAND
+  max_auc_drop: float = DEFAULT_MAX_AUC_DROP
+  max_logloss_increase: float = DEFAULT_MAX_LOGLOSS_INCREASE
+  slice_features: Optional[Tuple[str, ...]] = None
+  min_slice_size: int = DEFAULT_MIN_SLICE_SIZE
+  frequency_field: str = "all"
+  frequency_thresholds: Tuple[int, int] = DEFAULT_FREQUENCY_THRESHOLDS
+  embedding_update: str = "dense"
+  cowclip_variant: str = "paper"
+  model_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   beam_args: Tuple[str, ...] = DIRECT_BEAM_ARGS
   schema_root: str = SCHEMA_ROOT
   local_metadata: bool = True
   trainer_gpus: int = 0
   trainer_accelerator: str = DEFAULT_ACCELERATOR
+  tune: bool = False
+  trials: int = 10
+  tuner: str = "random"
+  search_space: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  tune_model_size: bool = False
+  hparams_from: Optional[str] = None
+  stop_after_tuner: bool = False
 
   def __post_init__(self):
     features.get_spec(self.dataset)  # Fails early on an unknown dataset.
@@ -101,10 +157,63 @@ class PipelineConfig:
     if self.trainer_gpus and not self.trainer_accelerator:
       raise ValueError("trainer_accelerator is empty but trainer_gpus is "
                        f"{self.trainer_gpus}")
+    low, high = self.calibration_band
+    if not 0 < low < 1 < high:
+      raise ValueError(f"calibration band must be (low < 1 < high), got "
+                       f"{self.calibration_band}")
+    rare, frequent = self.frequency_thresholds
+    if not 0 < rare < frequent:
+      raise ValueError("frequency thresholds must be 0 < rare < frequent, "
+                       f"got {self.frequency_thresholds}")
+    if self.frequency_field not in ("all",) + self.spec.categorical_features:
+      raise ValueError(f"frequency field {self.frequency_field!r} is not "
+                       f"'all' or a categorical feature of {self.dataset}")
+    bad_slices = set(self.eval_slice_features) - set(
+        self.spec.int_categorical + self.spec.str_categorical)
+    if bad_slices:
+      raise ValueError(f"cannot slice by {sorted(bad_slices)}: not raw "
+                       f"categorical features of {self.dataset}")
+    # pylint: disable=g-import-not-at-top
+    from trainer_module import models  # TensorFlow: only when validating.
+    from trainer_module import training
+    models.ModelOptions(**self.model_options)
+    training.TrainingConfig(**self.base_hparams, steps_per_epoch=1,
+                            embedding_update=self.embedding_update,
+                            cowclip_variant=self.cowclip_variant)
     unknown = set(self.hparams) - set(self.spec.base_hparams)
     if unknown:
       raise ValueError(f"unknown hyperparameters {sorted(unknown)}; known: "
                        f"{sorted(self.spec.base_hparams)}")
+    self._check_tuning()
+
+  def _check_tuning(self) -> None:
+    if self.hparams_from and (self.tune or self.hparams):
+      raise ValueError("hparams_from (--hparams-from) brings in tuned values: "
+                       "it cannot be combined with tune (--tune) or with "
+                       "hyperparameter overrides, which it would replace")
+    if self.stop_after_tuner and not self.tune:
+      raise ValueError("stop_after_tuner needs tune")
+    if not self.tune:
+      if self.search_space or self.tune_model_size:
+        raise ValueError("search_space (--search-space) and tune_model_size "
+                         "(--tune-model-size) are only used with tune "
+                         "(--tune)")
+      return
+    if self.trials <= 0:
+      raise ValueError(f"trials must be positive, got {self.trials}")
+    if self.hparams:
+      raise ValueError(f"hyperparameter overrides {sorted(self.hparams)} "
+                       "conflict with tune: the Tuner picks every base value; "
+                       "fix one in the search space instead, e.g. "
+                       '{"r": 1.0}')
+    # Imported only when tuning: it loads TensorFlow and KerasTuner.
+    # pylint: disable-next=g-import-not-at-top
+    from trainer_module import tuner as tuner_lib
+    if self.tuner not in tuner_lib.TUNERS:
+      raise ValueError(f"unknown tuner {self.tuner!r}; choose from "
+                       f"{tuner_lib.TUNERS}")
+    tuner_lib.search_space(self.dataset, self.search_space,
+                           self.tune_model_size, source="search_space")
 
   @property
   def spec(self) -> features.DatasetSpec:
@@ -144,6 +253,11 @@ class PipelineConfig:
                               else self.min_frequency)}
 
   @property
+  def eval_slice_features(self) -> Tuple[str, ...]:
+    return (self.spec.slice_features if self.slice_features is None
+            else tuple(self.slice_features))
+
+  @property
   def trainer_config(self) -> Dict[str, object]:
     """custom_config of the Trainer: recorded in ML Metadata with the run."""
     return {"dataset": self.dataset,
@@ -153,7 +267,20 @@ class PipelineConfig:
             "scaling_rule": self.scaling_rule,
             "cowclip": self.cowclip,
             "base_batch_size": self.spec.base_batch_size,
-            "base_hparams": self.base_hparams}
+            "base_hparams": self.base_hparams,
+            "embedding_update": self.embedding_update,
+            "cowclip_variant": self.cowclip_variant,
+            "model_options": dict(self.model_options),
+            "frequency_field": self.frequency_field,
+            "frequency_thresholds": list(self.frequency_thresholds)}
+
+  @property
+  def tuner_config(self) -> Dict[str, object]:
+    """custom_config of the Tuner: the Trainer's plus the search settings."""
+    return {**self.trainer_config,
+            "tuning": {"tuner": self.tuner, "trials": self.trials,
+                       "search_space": dict(self.search_space),
+                       "tune_model_size": self.tune_model_size}}
 
 
 def beam_pipeline_args(runner: str,

@@ -18,6 +18,8 @@ import dataclasses
 import os
 from typing import Any, Dict
 
+import yaml
+
 from pipeline import config as config_lib
 from pipeline.config import PipelineConfig
 
@@ -89,8 +91,6 @@ def compile_pipeline(config: PipelineConfig, image: str) -> Dict[str, Any]:
 
 def write_pipeline_spec(spec: Dict[str, Any], path: str) -> None:
   """Writes `spec` as IR YAML; sorted keys make the file reproducible."""
-  # pylint: disable-next=g-import-not-at-top
-  import yaml
   if not path.endswith(SPEC_SUFFIXES):
     raise ValueError(f"--output {path!r} must end with .yaml or .yml: the KFP "
                      "API server takes the pipeline spec as IR YAML")

@@ -1,7 +1,10 @@
 """`create_pipeline`: the one pipeline definition every runner uses.
 
 raw files -> RawCtrExampleGen -> StatisticsGen -> ImportSchemaGen ->
-ExampleValidator -> Transform -> Trainer -> Evaluator -> Pusher.
+StrictExampleValidator -> Transform -> Trainer -> Evaluator (against the
+latest blessed model) -> Pusher.
+With tuning, a Tuner (or an Importer of an earlier tuning result) sits
+between Transform and the Trainer and feeds it the best hyperparameters.
 Functions are referenced by dotted path (no module_file), so the same
 definition runs locally and in a container that has this package installed.
 """
@@ -13,13 +16,18 @@ from kfp.pipeline_spec import pipeline_spec_pb2
 import tensorflow_model_analysis as tfma
 from tfx import v1 as tfx
 
+from components.pusher import Pusher
 from components.raw_example_gen import RawCtrExampleGen
 from components.strict_example_validator import StrictExampleValidator
 from pipeline.config import PipelineConfig
+from trainer_module import tuner as tuner_lib
+from trainer_module.trainer import ID_FREQUENCY
 from trainer_module.trainer import PREDICTION_KEY
+from trainer_module.trainer import SLICING_SIGNATURE
 
 PREPROCESSING_FN = "trainer_module.preprocessing.preprocessing_fn"
 RUN_FN = "trainer_module.trainer.run_fn"
+TUNER_FN = "trainer_module.tuner.tuner_fn"
 
 _RESOURCE_SPEC = (
     pipeline_spec_pb2.PipelineDeploymentConfig.PipelineContainerSpec
@@ -45,34 +53,74 @@ def split_input(path: str) -> Tuple[str, str]:
 
 
 def create_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
-  """TFMA config: CTR metrics through the serving signature, gated overall.
+  """TFMA config: CTR metrics through the serving signature, and the gate.
 
-  Thresholds live in per_slice_thresholds restricted to the overall slice:
-  a plain threshold would apply to every slice and one small slice could
-  block every push.
+  Slices: overall, each of config.eval_slice_features, and the id-frequency
+  bucket that the model's SLICING_SIGNATURE computes from the Transform
+  vocabularies. The gate applies to the overall slice only (a threshold on
+  every slice would let one small slice block every push): the AUC floor,
+  the calibration band and, when the Evaluator has a baseline (the latest
+  blessed model), no AUC drop / log-loss rise beyond the tolerances. The
+  thresholds sit on the MetricConfigs: MetricsSpec-level thresholds only
+  reach metrics computed in the model graph, not TFMA's own.
+
+  Small slices are computed and left out of the report (min_slice_size)
+  rather than dropped with TFMA's Options.min_slice_size: TFMA 0.47 then
+  reports every gated metric of a dropped slice as a failed threshold
+  ("Metric not found"), even though the threshold is for the overall slice.
   """
   overall = [tfma.SlicingSpec()]
+
+  def on_overall(**threshold) -> List[tfma.PerSliceMetricThreshold]:
+    return [tfma.PerSliceMetricThreshold(
+        slicing_specs=overall, threshold=tfma.MetricThreshold(**threshold))]
+
+  def bounds(**values) -> tfma.GenericValueThreshold:
+    return tfma.GenericValueThreshold(
+        **{k: {"value": v} for k, v in values.items()})
+
+  low, high = config.calibration_band
+  metrics = [tfma.MetricConfig(class_name=name) for name in (
+      "ExampleCount", "MeanLabel", "MeanPrediction")]
+  # 20 buckets: TFMA's default 1000 leaves a few examples per bucket here.
+  metrics.append(tfma.MetricConfig(class_name="CalibrationPlot",
+                                   config='"num_buckets": 20'))
+  metrics += [
+      tfma.MetricConfig(class_name="AUC", per_slice_thresholds=on_overall(
+          value_threshold=bounds(lower_bound=config.min_auc),
+          change_threshold=tfma.GenericChangeThreshold(
+              direction=tfma.MetricDirection.HIGHER_IS_BETTER,
+              absolute={"value": -config.max_auc_drop}))),
+      tfma.MetricConfig(
+          class_name="BinaryCrossEntropy", per_slice_thresholds=on_overall(
+              change_threshold=tfma.GenericChangeThreshold(
+                  direction=tfma.MetricDirection.LOWER_IS_BETTER,
+                  absolute={"value": config.max_logloss_increase}))),
+      tfma.MetricConfig(class_name="Calibration",
+                        per_slice_thresholds=on_overall(
+                            value_threshold=bounds(lower_bound=low,
+                                                   upper_bound=high))),
+  ]
+  slices = overall + [tfma.SlicingSpec(feature_keys=[name]) for name in
+                      config.eval_slice_features + (ID_FREQUENCY,)]
   return tfma.EvalConfig(
-      model_specs=[tfma.ModelSpec(signature_name="serving_default",
-                                  label_key=config.spec.label,
-                                  prediction_key=PREDICTION_KEY,
-                                  model_type=tfma.TF_GENERIC)],
-      slicing_specs=overall,
-      metrics_specs=[tfma.MetricsSpec(
-          metrics=[tfma.MetricConfig(class_name=name) for name in (
-              "ExampleCount", "AUC", "BinaryCrossEntropy", "MeanLabel",
-              "MeanPrediction", "Calibration")],
-          per_slice_thresholds={
-              "auc": tfma.PerSliceMetricThresholds(thresholds=[
-                  tfma.PerSliceMetricThreshold(
-                      slicing_specs=overall,
-                      threshold=tfma.MetricThreshold(
-                          value_threshold=tfma.GenericValueThreshold(
-                              lower_bound={"value": config.min_auc})))])})])
+      model_specs=[tfma.ModelSpec(
+          signature_name="serving_default",
+          preprocessing_function_names=[SLICING_SIGNATURE],
+          label_key=config.spec.label,
+          prediction_key=PREDICTION_KEY,
+          model_type=tfma.TF_GENERIC)],
+      slicing_specs=slices,
+      metrics_specs=[tfma.MetricsSpec(metrics=metrics)])
 
 
-def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
-  """The TFX pipeline for `config`, runner-agnostic."""
+def create_pipeline(config: PipelineConfig,
+                    until_transform: bool = False) -> tfx.dsl.Pipeline:
+  """The TFX pipeline for `config`, runner-agnostic.
+
+  until_transform=True ends it at Transform: tools that train many models on
+  one transformed dataset (pipeline.study) run the same ingestion/Transform.
+  """
   input_base, pattern = split_input(config.data)
   example_gen = RawCtrExampleGen(
       input_base=input_base,
@@ -95,31 +143,66 @@ def create_pipeline(config: PipelineConfig) -> tfx.dsl.Pipeline:
       custom_config=config.transform_config)
   # Transform must not run on data the validator rejected.
   transform.add_upstream_node(example_validator)
+  # The Trainer's base hyperparameters: tuned here, imported from an earlier
+  # tuning, or (neither) the config's. run_fn applies the scaling rule.
+  hparams_source, hyperparameters = None, None
+  if config.tune:
+    hparams_source = tuner_lib.CtrTuner(
+        tuner_fn=TUNER_FN,
+        examples=transform.outputs["transformed_examples"],
+        transform_graph=transform.outputs["transform_graph"],
+        schema=schema_gen.outputs["schema"],
+        custom_config=config.tuner_config)
+    hyperparameters = hparams_source.outputs["best_hyperparameters"]
+  elif config.hparams_from:
+    hparams_source = tfx.dsl.Importer(
+        source_uri=config.hparams_from,
+        artifact_type=tfx.types.standard_artifacts.HyperParameters
+    ).with_id("HyperParametersImporter")
+    hyperparameters = hparams_source.outputs["result"]
   trainer = tfx.components.Trainer(
       run_fn=RUN_FN,
       examples=transform.outputs["transformed_examples"],
       transform_graph=transform.outputs["transform_graph"],
       schema=schema_gen.outputs["schema"],
+      hyperparameters=hyperparameters,
       custom_config=config.trainer_config)
   if config.trainer_gpus:
-    # KubeflowV2DagRunner turns this into the Trainer pod's resource limits;
-    # the local runners ignore it.
-    trainer.with_platform_config(_RESOURCE_SPEC(
-        accelerator=_RESOURCE_SPEC.AcceleratorConfig(
-            type=config.trainer_accelerator, count=config.trainer_gpus)))
+    # KubeflowV2DagRunner turns this into the Trainer pod's resource limits
+    # (and the Tuner's: its trials train the same model); the local runners
+    # ignore it.
+    for node in [trainer] + ([hparams_source] if config.tune else []):
+      node.with_platform_config(_RESOURCE_SPEC(
+          accelerator=_RESOURCE_SPEC.AcceleratorConfig(
+              type=config.trainer_accelerator, count=config.trainer_gpus)))
+  # The baseline of the no-regression checks: the latest blessed model of
+  # this pipeline (none on the first run: absolute checks alone).
+  baseline = tfx.dsl.Resolver(
+      strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
+      model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
+      model_blessing=tfx.dsl.Channel(
+          type=tfx.types.standard_artifacts.ModelBlessing),
+  ).with_id("latest_blessed_model")
   evaluator = tfx.components.Evaluator(
       examples=example_gen.outputs["examples"],
       model=trainer.outputs["model"],
+      baseline_model=baseline.outputs["model"],
       eval_config=create_eval_config(config))
-  pusher = tfx.components.Pusher(
+  pusher = Pusher(
       model=trainer.outputs["model"],
       model_blessing=evaluator.outputs["blessing"],
       push_destination=tfx.proto.PushDestination(
           filesystem=tfx.proto.PushDestination.Filesystem(
               base_directory=config.serving_dir)))
   components: List = [example_gen, statistics_gen, schema_gen,
-                      example_validator, transform, trainer, evaluator,
-                      pusher]
+                      example_validator, transform, trainer, baseline,
+                      evaluator, pusher]
+  if hparams_source:
+    components.insert(components.index(trainer), hparams_source)
+  if until_transform:
+    components = components[:components.index(transform) + 1]
+  if config.stop_after_tuner:
+    components = components[:components.index(hparams_source) + 1]
   return tfx.dsl.Pipeline(
       pipeline_name=config.pipeline_name,
       pipeline_root=config.pipeline_root,

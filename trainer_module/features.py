@@ -8,7 +8,8 @@ Transformed-feature contract (what Transform writes and the models read):
   * every name in ``DatasetSpec.categorical_features`` -> int64 [batch] ids
     in ``[0, vocabulary size + NUM_OOV_BUCKETS)``; missing and rare values
     land in the OOV bucket(s);
-  * every name in ``DatasetSpec.dense`` -> float32 [batch];
+  * every name in ``DatasetSpec.dense`` -> float32 [batch], log1p of the
+    count scaled to [0, 1] by its train-split range (0 when missing);
   * ``DatasetSpec.label`` -> float32 [batch] in {0, 1}.
 """
 

@@ -12,6 +12,11 @@ mean the same thing here:
   CowClip clips each row with the counts of that field's ids in the batch.
 * Dense features enter the linear part (one weight each) and the DNN/cross
   input, never the FM term: FM is defined over field embeddings.
+* Interactions: DeepFM adds FM + DNN logits; Wide&Deep ("wdl") the DNN
+  logit; DCN and DCN-V2 one logit of [cross output, DNN output]. DCN and
+  DCN-V2 keep the linear part too, as the reference's DeepCTR versions do
+  (the DCN paper has none): it costs one lookup per field and keeps the
+  four models comparable.
 * The model returns ONE LOGIT [batch, 1]. The sigmoid belongs to the loss
   (from logits, numerically stable) and to the serving signature.
 
@@ -28,6 +33,7 @@ from typing import List, Mapping, Optional, Sequence, Tuple
 
 import keras
 from keras import ops
+import tensorflow as tf
 
 from trainer_module import training
 
@@ -333,10 +339,15 @@ class CTRModel(training.CowClipTrainer, keras.Model):
       raise ValueError(f"{self.name}: feature {name!r} is missing from the "
                        f"input; got {sorted(features)}")
     values = features[name]
-    shape = tuple(values.shape)
-    if not (len(shape) == 1 or (len(shape) == 2 and shape[1] == 1)):
+    if isinstance(values, (tf.SparseTensor, tf.RaggedTensor)):
+      raise ValueError(f"{self.name}: feature {name!r} must be a dense "
+                       f"tensor (one value per example), got "
+                       f"{type(values).__name__}")
+    shape = tf.TensorShape(values.shape)
+    if shape.rank is not None and not (
+        shape.rank == 1 or (shape.rank == 2 and shape[1] == 1)):
       raise ValueError(f"{self.name}: feature {name!r} must have shape "
-                       f"[batch] or [batch, 1], got {list(shape)}")
+                       f"[batch] or [batch, 1], got {shape.as_list()}")
     return values
 
   def call(self, features, training=False):

@@ -3,8 +3,8 @@
 TFX Transform analyses the train split and transforms train and eval with the
 result, so every vocabulary (and its stored frequencies) is a training-set
 statistic. The output contract is in the ``trainer_module.features``
-docstring. Dense counts need no analyzer on purpose: each analyzer costs a
-fixed pipeline overhead, and ``log1p`` needs no dataset statistic.
+docstring. Each analyzer costs a fixed pipeline overhead here, so the dense
+counts share ONE min/max analyzer (log1p, then scaled to [0, 1]).
 
 Missing values: the curated schemas have no fixed ``shape``, so every raw
 feature arrives as a SparseTensor that may have no value for a row (Criteo has
@@ -75,11 +75,11 @@ def log1p_counts(counts: tf.Tensor) -> tf.Tensor:
   """float32 log1p(max(count, 0)) of integer count features.
 
   The Criteo counts are heavy-tailed (most values are small, a few reach
-  millions), so log1p gives the model a usable scale without any dataset
-  statistic (hence no analyzer). Negative values are rare sentinel-like codes
-  (I2 has -1..-3) and are clipped to 0. The CowClip reference min-max scaled
-  these features instead; one outlier in the training data then squashes
-  every other value towards 0.
+  millions), so log1p gives them a usable scale; the preprocessing_fn then
+  min-max scales the logs to [0, 1]. Negative values are rare sentinel-like
+  codes (I2 has -1..-3) and are clipped to 0. The CowClip reference min-max
+  scaled the raw counts; one outlier in the training data then squashes every
+  other value towards 0, which the log prevents.
 
   Args:
     counts: integer (or float) tensor of raw counts.
@@ -149,9 +149,17 @@ def preprocessing_fn(inputs: Mapping[str, tf.SparseTensor],
   """
   spec, min_frequency = dataset_config(custom_config)
   outputs = {}
-  for name in spec.dense:
-    outputs[name] = log1p_counts(
-        _to_dense_vector(_raw_input(inputs, name, spec), 0))
+  if spec.dense:
+    # log1p tames the heavy tail; scaling to [0, 1] (train-split min/max of
+    # the log counts, all fields in ONE analyzer) keeps the initial logits
+    # of the linear and DNN parts near 0, as the reference's [0, 1] inputs
+    # did. A serving value beyond the training max maps a little above 1.
+    logs = tf.stack([
+        log1p_counts(_to_dense_vector(_raw_input(inputs, name, spec), 0))
+        for name in spec.dense], axis=1)
+    scaled = tft.scale_to_0_1(logs, elementwise=True)
+    for i, name in enumerate(spec.dense):
+      outputs[name] = scaled[:, i]
 
   tokens = {}
   for name in spec.int_categorical + spec.str_categorical:

@@ -7,12 +7,14 @@ records the hyperparameters actually used, and exports a SavedModel whose
 graph is attached) and returns the click probability.
 """
 
+import dataclasses
 import json
 import math
 import os
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 import keras
+import numpy as np
 import tensorflow as tf
 import tensorflow_transform as tft
 
@@ -24,8 +26,16 @@ from trainer_module import training
 
 # Name of the serving signature's output (the Evaluator reads it).
 PREDICTION_KEY = "probability"
+# The Evaluator slices by this feature of the SLICING_SIGNATURE's output.
+SLICING_SIGNATURE = "slicing_features"
+ID_FREQUENCY = "id_frequency"
+FREQUENCY_BUCKETS = ("rare", "medium", "frequent")
 # Written next to the exported model: how this model was trained.
 TRAINING_RECORD = "training.json"
+# Tuned values that size the model (trainer_module.tuner searches them when
+# asked): a DNN of dnn_layers x dnn_units. Other tuned keys are base
+# hyperparameters.
+MODEL_SIZE_KEYS = ("embedding_dim", "dnn_units", "dnn_layers")
 
 
 def count_records(file_patterns: List[str]) -> int:
@@ -69,34 +79,86 @@ def make_dataset(file_patterns: List[str],
       tf.data.AUTOTUNE)
 
 
+def frequency_buckets(typical_counts: tf.Tensor,
+                      thresholds: Sequence[int]) -> tf.Tensor:
+  """FREQUENCY_BUCKETS names of [batch] training-set id counts.
+
+  Args:
+    typical_counts: float [batch] counts (see ServingModule.slicing_features).
+    thresholds: (rare/medium, medium/frequent) boundaries; a count equal to
+      a boundary falls in the higher bucket.
+  """
+  index = tf.zeros_like(typical_counts, tf.int32)
+  for threshold in thresholds:
+    index += tf.cast(typical_counts >= threshold, tf.int32)
+  return tf.gather(tf.constant(FREQUENCY_BUCKETS), index)
+
+
 class ServingModule(tf.Module):
-  """Raw serialized tf.Examples in, click probability out."""
+  """Raw serialized tf.Examples in, click probability out.
+
+  Besides `serve`, `slicing_features` gives the Evaluator (TFMA
+  preprocessing function) each example's id-frequency bucket, from the
+  training-set counts of the Transform vocabularies: the slice that shows
+  whether large-batch training hurt the rare ids.
+  """
 
   def __init__(self, model: keras.Model,
-               tf_transform_output: tft.TFTransformOutput, label: str):
+               tf_transform_output: tft.TFTransformOutput,
+               spec: features.DatasetSpec, frequency_field: str,
+               frequency_thresholds: Sequence[int]):
     super().__init__()
     self.model = model
     self.transform_layer = tf_transform_output.transform_features_layer()
     raw_spec = tf_transform_output.raw_feature_spec()
-    raw_spec.pop(label, None)
+    raw_spec.pop(spec.label, None)
     self._raw_spec = raw_spec
+    fields = (spec.categorical_features if frequency_field == "all"
+              else (frequency_field,))
+    # Count of every id, OOV rows (rare or unseen ids) included as 0.
+    self.id_counts = {
+        field: tf.Variable(np.concatenate([
+            preprocessing.vocabulary_frequencies(tf_transform_output, field),
+            np.zeros(features.NUM_OOV_BUCKETS, np.int64)]), trainable=False,
+                           name=f"id_counts_{field}")
+        for field in fields}
+    self._frequency_thresholds = tuple(frequency_thresholds)
+
+  def _transform(self, examples):
+    return self.transform_layer(tf.io.parse_example(examples, self._raw_spec))
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string,
                                               name="examples")])
   def serve(self, examples):
-    raw = tf.io.parse_example(examples, self._raw_spec)
-    transformed = self.transform_layer(raw)
-    logits = self.model(transformed, training=False)
+    logits = self.model(self._transform(examples), training=False)
     return {PREDICTION_KEY: tf.sigmoid(logits)}
+
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string,
+                                              name="examples")])
+  def slicing_features(self, examples):
+    """{ID_FREQUENCY: bucket}: by the geometric mean of the example's id
+    counts over the fields (or the count in the one chosen field)."""
+    transformed = self._transform(examples)
+    log_counts = [
+        tf.math.log1p(tf.cast(tf.gather(counts, tf.reshape(
+            transformed[field], [-1])), tf.float32))
+        for field, counts in sorted(self.id_counts.items())]
+    typical = tf.math.expm1(tf.reduce_mean(tf.stack(log_counts), axis=0))
+    return {ID_FREQUENCY: frequency_buckets(typical,
+                                            self._frequency_thresholds)}
 
 
 def export_serving_model(model: keras.Model,
                          tf_transform_output: tft.TFTransformOutput,
-                         label: str, export_dir: str) -> None:
+                         config: Mapping[str, Any], export_dir: str) -> None:
   """Saves the model with the Transform graph as a SavedModel."""
-  module = ServingModule(model, tf_transform_output, label)
-  tf.saved_model.save(module, export_dir,
-                      signatures={"serving_default": module.serve})
+  module = ServingModule(model, tf_transform_output,
+                         features.get_spec(config["dataset"]),
+                         config["frequency_field"],
+                         config["frequency_thresholds"])
+  tf.saved_model.save(module, export_dir, signatures={
+      "serving_default": module.serve,
+      SLICING_SIGNATURE: module.slicing_features})
 
 
 def training_hparams(custom_config: Mapping[str, Any],
@@ -115,23 +177,70 @@ def training_hparams(custom_config: Mapping[str, Any],
           "scaled": scaled}
 
 
+def model_options(config: Mapping[str, Any],
+                  tuned: Mapping[str, Any]) -> models.ModelOptions:
+  """The configured ModelOptions with the tuned sizes among `tuned`."""
+  options = models.ModelOptions(**config.get("model_options", {}))
+  sizes = {}
+  if "embedding_dim" in tuned:
+    sizes["embedding_dim"] = tuned["embedding_dim"]
+  if "dnn_units" in tuned or "dnn_layers" in tuned:
+    units = tuned.get("dnn_units", options.hidden_units[0])
+    sizes["hidden_units"] = (units,) * tuned.get("dnn_layers",
+                                                 len(options.hidden_units))
+  return dataclasses.replace(options, **sizes)
+
+
+def build_and_compile(config: Mapping[str, Any], tuned: Mapping[str, Any],
+                      tf_transform_output: tft.TFTransformOutput,
+                      steps_per_epoch: int
+                     ) -> Tuple[models.CTRModel, Dict[str, Any]]:
+  """The configured model, compiled with the scaled (tuned) hyperparameters.
+
+  The one place a model is made from (custom_config, tuned values): run_fn
+  and every tuning trial (trainer_module.tuner) call it, so a trial trains
+  what the Trainer will.
+
+  Args:
+    config: the Trainer's custom_config.
+    tuned: KerasTuner values: base hyperparameters (at the base batch size;
+      they replace config["base_hparams"] before scaling) and MODEL_SIZE_KEYS.
+      Other keys are ignored.
+    tf_transform_output: the Transform output (vocabulary sizes).
+    steps_per_epoch: training steps per epoch (the warmup length).
+
+  Returns:
+    The model and the record of what it was built with: training_hparams
+    plus vocab_sizes and model_options.
+  """
+  spec = features.get_spec(config["dataset"])
+  record = training_hparams(config, tuned)
+  options = model_options(config, tuned)
+  vocab_sizes = preprocessing.vocabulary_sizes(tf_transform_output, spec)
+  model = models.build_model(config["model"], vocab_sizes, spec.dense,
+                             options)
+  training.compile_model(model, training.TrainingConfig(
+      **record["scaled"], steps_per_epoch=steps_per_epoch,
+      cowclip=config["cowclip"],
+      cowclip_variant=config.get("cowclip_variant", "paper"),
+      embedding_update=config.get("embedding_update", "dense")))
+  record.update(vocab_sizes=vocab_sizes,
+                model_options=dataclasses.asdict(options))
+  return model, record
+
+
 def run_fn(fn_args) -> None:
   """Trains the configured CTR model with CowClip and exports it."""
   config = fn_args.custom_config
   spec = features.get_spec(config["dataset"])
   tf_transform_output = tft.TFTransformOutput(fn_args.transform_output)
   tuned = (fn_args.hyperparameters or {}).get("values", {})
-  record = training_hparams(config, tuned)
   batch_size = config["batch_size"]
 
   train_examples = count_records(fn_args.train_files)
   steps_per_epoch = math.ceil(train_examples / batch_size)
-  vocab_sizes = preprocessing.vocabulary_sizes(tf_transform_output, spec)
-  model = models.build_model(config["model"], vocab_sizes, spec.dense,
-                             models.ModelOptions())
-  training.compile_model(model, training.TrainingConfig(
-      **record["scaled"], steps_per_epoch=steps_per_epoch,
-      cowclip=config["cowclip"]))
+  model, record = build_and_compile(config, tuned, tf_transform_output,
+                                    steps_per_epoch)
 
   train = make_dataset(fn_args.train_files, tf_transform_output, spec.label,
                        batch_size, shuffle=True)
@@ -144,10 +253,9 @@ def run_fn(fn_args) -> None:
 
   record.update(train_examples=train_examples,
                 steps_per_epoch=steps_per_epoch,
-                vocab_sizes=vocab_sizes,
                 history={k: [float(v) for v in vs]
                          for k, vs in history.history.items()})
-  export_serving_model(model, tf_transform_output, spec.label,
+  export_serving_model(model, tf_transform_output, config,
                        fn_args.serving_model_dir)
   for directory in (fn_args.model_run_dir, fn_args.serving_model_dir):
     with tf.io.gfile.GFile(os.path.join(directory, TRAINING_RECORD), "w") as f:

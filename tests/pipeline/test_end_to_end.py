@@ -29,9 +29,14 @@ COMPONENTS = ("RawCtrExampleGen", "StatisticsGen", "ImportSchemaGen",
 
 
 def run_cli(dataset, data, output, *extra):
+  # 20k rows are ~500 steps' worth of data at the paper's embedding lr
+  # (1e-4): too few to move the embeddings; 1e-2 learns in a few steps.
   return cli.main(["run", "--dataset", dataset, "--data", str(data),
-                   "--output", str(output), "--batch-size", "256",
-                   "--epochs", "2", "--min-frequency", "3", *extra])
+                   "--output", str(output), "--batch-size", "512",
+                   "--epochs", "2", "--min-frequency", "3",
+                   "--embed-lr", "1e-2",
+                   # Small data, 2 epochs: calibration wanders +-15%.
+                   "--calibration-band", "0.7,1.3", *extra])
 
 
 @pytest.fixture(scope="module", params=["criteo", "avazu"])
@@ -41,7 +46,7 @@ def finished_run(request, tmp_path_factory):
   root = tmp_path_factory.mktemp(dataset)
   data = root / "data"
   data.mkdir()
-  generate.write_synthetic(dataset, 6000, 1, str(data / "train.txt"))
+  generate.write_synthetic(dataset, 20000, 1, str(data / "train.txt"))
   code = run_cli(dataset, data, root / "out")
   return dataset, data, root / "out", code
 
@@ -125,3 +130,32 @@ def test_rerun_with_same_output_reuses_cache(finished_run):
     assert states.count(metadata_store_pb2.Execution.COMPLETE) == 1
     assert metadata_store_pb2.Execution.CACHED in states
   assert len(glob.glob(str(output / "serving" / "*"))) == 1
+
+
+def _pushed_versions(output):
+  return sorted(os.listdir(output / "serving"))
+
+
+def test_gate_blocks_a_model_below_the_auc_floor(finished_run, capsys):
+  dataset, data, output, _ = finished_run
+  before = _pushed_versions(output)
+  first = output / "serving" / before[0] / "saved_model.pb"
+  stamp = first.stat().st_mtime_ns
+  assert run_cli(dataset, data, output, "--min-auc", "0.99") == (
+      cli.EXIT_NOT_PUSHED)
+  out = capsys.readouterr().out
+  assert "not pushed: auc 0." in out and "< min 0.9900 (Overall)" in out
+  assert _pushed_versions(output) == before
+  assert first.stat().st_mtime_ns == stamp
+
+
+def test_gate_blocks_a_model_worse_than_the_blessed_baseline(finished_run,
+                                                             capsys):
+  dataset, data, output, _ = finished_run
+  before = _pushed_versions(output)
+  # One epoch at a 1000x smaller embedding lr: clearly worse than baseline.
+  code = run_cli(dataset, data, output, "--epochs", "1", "--embed-lr", "1e-5")
+  out = capsys.readouterr().out
+  assert code == cli.EXIT_NOT_PUSHED, out
+  assert "auc changed by -0." in out and "vs the last blessed model" in out
+  assert _pushed_versions(output) == before

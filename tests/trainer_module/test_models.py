@@ -193,6 +193,8 @@ def test_embedding_tables_and_their_init():
      "integer ids"),
     (lambda f: f.update(I2=np.zeros((5, 2), np.float32)), r"'I2' must have "
      r"shape \[batch\] or \[batch, 1\], got \[5, 2\]"),
+    (lambda f: f.update(C2=tf.sparse.from_dense(f["C2"])), "'C2' must be a "
+     "dense tensor"),
 ])
 def test_bad_input_names_the_feature(change, message):
   model = models.build_model("wdl", VOCAB, DENSE, SMALL)

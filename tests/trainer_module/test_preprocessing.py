@@ -176,13 +176,14 @@ def test_time_tokens_avazu_example_and_invalid_values():
 @pytest.mark.parametrize("spec", [features.CRITEO, features.AVAZU],
                          ids=lambda s: s.name)
 def test_analyzers_only_read_categorical_inputs(spec):
-  """Dense counts and the label cost no analyzer; all inputs are transformed."""
+  """Only vocabularies and ONE min/max (all dense fields) cost analyzers."""
   fn = functools.partial(preprocessing.preprocessing_fn,
                          custom_config={"dataset": spec.name})
   type_specs = _type_specs(spec)
   analyzed = set(tft.get_analyze_input_columns(fn, type_specs))
   time = {spec.time_field} if spec.time_field else set()
-  assert analyzed == set(spec.int_categorical + spec.str_categorical) | time
+  assert analyzed == set(spec.int_categorical + spec.str_categorical +
+                         spec.dense) | time
   assert set(tft.get_transform_input_columns(fn, type_specs)) == set(
       spec.raw_features)
 
@@ -294,13 +295,14 @@ def test_criteo_vocabulary_threshold_frequencies_and_oov(criteo_run):
 
 
 @pytest.mark.slow
-def test_criteo_dense_log1p_and_missing_zero(criteo_run):
+def test_criteo_dense_log1p_scaled_and_missing_zero(criteo_run):
   spec, _, transformed, _ = criteo_run
   got = [r[spec.dense[0]] for r in transformed]
-  want = [0.0, math.log(2), math.log(10), 0.0, 0.0, math.log1p(1000)]
-  np.testing.assert_allclose(got, want, rtol=1e-6)
-  assert all(r[spec.dense[1]] == pytest.approx(math.log(2))
-             for r in transformed)
+  logs = np.array([0.0, math.log(2), math.log(10), 0.0, 0.0, math.log1p(1000)])
+  np.testing.assert_allclose(got, logs / logs.max(), rtol=1e-6)
+  # A field with one value everywhere: tf.Transform's min==max fallback,
+  # sigmoid(log1p(1)) = 2/3, the same for every row.
+  assert all(r[spec.dense[1]] == pytest.approx(2 / 3) for r in transformed)
 
 
 @pytest.mark.slow

@@ -118,8 +118,9 @@ def test_two_optimizers_constant_embedding_lr_and_dense_warmup():
   assert int(_np(model.embedding_optimizer.iterations)) == 6
 
 
-def test_dense_step_applies_clipped_embedding_gradients_only():
-  model = _model()
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_dense_step_applies_clipped_embedding_gradients_only(jit_compile):
+  model = _model(dataclasses.replace(CONFIG, jit_compile=jit_compile))
   features, labels = _batch(0)
   before = {v.path: _np(v) for v in model.trainable_variables}
   gradients = _log_loss_gradients(model, features, labels)

@@ -1,0 +1,666 @@
+"""Batch-size scaling study: AUC, log loss and speed per rule and batch size.
+
+`python -m pipeline study` runs ingestion and Transform ONCE through the real
+pipeline (create_pipeline(..., until_transform=True), cached by TFX like any
+run), then trains every (model, scaling rule, batch size, seed) on that one
+transformed dataset and evaluates it on the one eval split:
+
+* training is the Trainer's: the run's PipelineConfig.trainer_config goes
+  through trainer.build_and_compile (base hyperparameters mapped by the
+  run's scaling rule), trainer.make_dataset and model.fit. CowClip is on
+  exactly for the 'cowclip' rule (``ablation`` adds the cowclip rule without
+  clipping). A NaN loss (training.NonFiniteLossError) is recorded as a
+  diverged run.
+* the model is exported with trainer.export_serving_model and evaluated by
+  TFMA with pipeline.create_eval_config on the RAW eval examples, as the
+  Evaluator does (AUC, BinaryCrossEntropy, MeanPrediction/MeanLabel), and on
+  its id-frequency slice (the serving model's slicing signature buckets each
+  example by the training counts of its ids), which shows where a rule loses
+  AUC. Only the gate's change thresholds are dropped: there is no baseline.
+
+Every finished run is appended to DIR/study.csv at once; a restart with the
+same DIR skips the runs already there. DIR/study.md (tables) and PNG figures
+are rewritten from the whole CSV after every run.
+"""
+
+import argparse
+import csv
+import dataclasses
+import math
+import os
+import statistics
+import time
+from typing import Dict, Iterable, List, Mapping, Sequence, Tuple
+
+from apache_beam.options.pipeline_options import PipelineOptions
+import keras
+from matplotlib.figure import Figure
+from ml_metadata.metadata_store import metadata_store
+from ml_metadata.proto import metadata_store_pb2
+import numpy as np
+import tensorflow as tf
+import tensorflow_model_analysis as tfma
+import tensorflow_transform as tft
+from tfx import v1 as tfx
+from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
+
+from pipeline import benchmark
+from pipeline import cli
+from pipeline import runner
+from pipeline.config import PipelineConfig
+from pipeline.pipeline import create_eval_config
+from pipeline.pipeline import create_pipeline
+from trainer_module import features
+from trainer_module import models
+from trainer_module import scaling
+from trainer_module import trainer
+from trainer_module import training
+
+BUCKETS = trainer.FREQUENCY_BUCKETS
+DEFAULT_BATCH_SIZES = (1024, 4096, 16384, 65536)
+DEFAULT_RULES = ("none", "sqrt", "linear", "n2-lambda", "cowclip")
+
+COLUMNS = (
+    ("run", "model", "rule", "cowclip", "batch_size", "seed", "epochs",
+     "embedding_update", "dense_lr", "embed_lr", "l2", "train_examples",
+     "eval_examples", "steps", "train_seconds", "epoch_seconds",
+     "examples_per_second", "diverged", "final_train_loss", "auc", "logloss",
+     "mean_prediction", "mean_label", "calibration") +
+    tuple(f"{kind}_{b}" for b in BUCKETS for kind in ("auc", "examples")))
+_TEXT_COLUMNS = ("run", "model", "rule", "embedding_update")
+_BOOL_COLUMNS = ("cowclip", "diverged")
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyRun:
+  """One training run of the study."""
+  model: str
+  rule: str
+  batch_size: int
+  seed: int
+  cowclip: bool
+
+  @property
+  def key(self) -> str:
+    clip = "clip" if self.cowclip else "noclip"
+    return f"{self.model}-{self.rule}-{clip}-b{self.batch_size}-s{self.seed}"
+
+
+def study_runs(model_names: Sequence[str], rules: Sequence[str],
+               batch_sizes: Sequence[int], seeds: Sequence[int],
+               ablation: bool = False) -> List[StudyRun]:
+  """Every run, CowClip on exactly for the cowclip rule.
+
+  With ``ablation``, the cowclip rule is also run without clipping (its
+  hyperparameters, notably the unscaled embedding rate, without the clip).
+  """
+  for rule in rules:
+    if rule not in scaling.RULES:
+      raise ValueError(f"unknown scaling rule {rule!r}; choose from "
+                       f"{scaling.RULES}")
+  for name in model_names:
+    if name not in models.MODELS:
+      raise ValueError(f"unknown model {name!r}; choose from {models.MODELS}")
+  variants = [(rule, rule == "cowclip") for rule in rules]
+  if ablation and "cowclip" in rules:
+    variants.append(("cowclip", False))
+  return [StudyRun(m, rule, b, seed, clip) for m in model_names
+          for rule, clip in variants for b in batch_sizes for seed in seeds]
+
+
+def run_label(rule: str, cowclip: bool) -> str:
+  """How a (rule, CowClip) variant is named in tables and figures."""
+  if cowclip == (rule == "cowclip"):
+    return rule
+  return f"{rule} ({'with' if cowclip else 'no'} clipping)"
+
+
+# ------------------------------------------------- the transformed dataset --
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformedInputs:
+  """URIs of what ExampleGen and Transform produced for the study."""
+  raw_examples: str
+  transformed_examples: str
+  transform_graph: str
+
+
+def split_pattern(examples_uri: str, split: str) -> str:
+  """The file pattern of one split of an Examples artifact."""
+  return os.path.join(examples_uri, f"Split-{split}", "*")
+
+
+def split_files(examples_uri: str, split: str) -> List[str]:
+  """The record files of one split of an Examples artifact."""
+  pattern = split_pattern(examples_uri, split)
+  files = sorted(tf.io.gfile.glob(pattern))
+  if not files:
+    raise FileNotFoundError(f"no {split} examples match {pattern}")
+  return files
+
+
+def _execution_type_id(store: metadata_store.MetadataStore,
+                       component: str) -> int:
+  for execution_type in store.get_execution_types():
+    if execution_type.name.rsplit(".", 1)[-1] == component:
+      return execution_type.id
+  raise LookupError(f"no {component} execution in ML Metadata")
+
+
+def transform_artifacts(metadata_path: str) -> TransformedInputs:
+  """The inputs and outputs of the latest finished Transform execution."""
+  store = metadata_store.MetadataStore(
+      tfx.orchestration.metadata.sqlite_metadata_connection_config(
+          metadata_path))
+  done = (metadata_store_pb2.Execution.COMPLETE,
+          metadata_store_pb2.Execution.CACHED)
+  type_id = _execution_type_id(store, "Transform")
+  executions = [e for e in store.get_executions()
+                if e.type_id == type_id and e.last_known_state in done]
+  if not executions:
+    raise LookupError(f"{metadata_path}: no finished Transform execution")
+  latest = max(executions, key=lambda e: e.id)
+  uris = {}
+  for event in store.get_events_by_execution_ids([latest.id]):
+    key = event.path.steps[0].key if event.path.steps else ""
+    artifact, = store.get_artifacts_by_id([event.artifact_id])
+    uris[key] = artifact.uri
+  return TransformedInputs(raw_examples=uris["examples"],
+                           transformed_examples=uris["transformed_examples"],
+                           transform_graph=uris["transform_graph"])
+
+
+def transform_once(config: PipelineConfig) -> TransformedInputs:
+  """Runs the pipeline up to Transform (cached on re-runs) and finds it."""
+  runner.check_input(config.data)
+  os.makedirs(config.output, exist_ok=True)
+  BeamDagRunner().run(create_pipeline(config, until_transform=True))
+  return transform_artifacts(config.metadata_path)
+
+
+# ------------------------------------------------------------- evaluation --
+
+
+def study_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
+  """The Evaluator's config, cut to what the study reports.
+
+  Same model spec (serving and id-frequency signatures), metrics and
+  options, but: no change thresholds (a study run has no baseline model, and
+  TFMA refuses change thresholds without one; the Evaluator rubber-stamps a
+  first run instead), no plots, and only the overall and id-frequency
+  slices. With the plots and the per-feature slices, TFMA took over 2
+  minutes per model on 60k eval examples here, longer than training.
+  """
+  eval_config = tfma.EvalConfig()
+  eval_config.CopyFrom(create_eval_config(config))
+  kept = [s for s in eval_config.slicing_specs
+          if list(s.feature_keys) in ([], [trainer.ID_FREQUENCY])]
+  del eval_config.slicing_specs[:]
+  eval_config.slicing_specs.extend(kept)
+  for spec in eval_config.metrics_specs:
+    metrics = [m for m in spec.metrics if not m.class_name.endswith("Plot")]
+    del spec.metrics[:]
+    spec.metrics.extend(metrics)
+    for metric in spec.metrics:
+      for threshold in metric.per_slice_thresholds:
+        threshold.threshold.ClearField("change_threshold")
+  return eval_config
+
+
+def _slice_name(slice_key) -> str:
+  """'' for the overall slice, else 'feature=value'."""
+  return ",".join(
+      f"{feature}={value.decode() if isinstance(value, bytes) else value}"
+      for feature, value in slice_key)
+
+
+def tfma_metrics(serving_dir: str, eval_config: tfma.EvalConfig,
+                 eval_pattern: str, output_path: str,
+                 beam_args: Sequence[str]) -> Dict[str, Dict[str, float]]:
+  """{slice name: {metric: value}} of one exported model, as the Evaluator
+  computes them ('' is the overall slice)."""
+  result = tfma.run_model_analysis(
+      eval_shared_model=tfma.default_eval_shared_model(
+          eval_saved_model_path=serving_dir, eval_config=eval_config),
+      eval_config=eval_config, data_location=eval_pattern,
+      file_format="tfrecords", output_path=output_path,
+      pipeline_options=PipelineOptions(list(beam_args)))
+  slices = {}
+  for slice_key, by_output in result.slicing_metrics:
+    values = slices.setdefault(_slice_name(slice_key), {})
+    for by_sub_key in by_output.values():
+      for metrics in by_sub_key.values():
+        for name, value in metrics.items():
+          if "doubleValue" in value:
+            values[name] = value["doubleValue"]
+  if "" not in slices:
+    raise LookupError(f"TFMA wrote no overall slice to {output_path}")
+  return slices
+
+
+def metrics_row(slices: Mapping[str, Mapping[str, float]]
+               ) -> Dict[str, float]:
+  """The study.csv metric columns from tfma_metrics' slices.
+
+  A bucket below the eval config's min_slice_size is not reported: NaN.
+  """
+  overall = slices[""]
+  row = {"auc": overall.get("auc", math.nan),
+         "logloss": overall.get("binary_crossentropy", math.nan),
+         "mean_prediction": overall.get("mean_prediction", math.nan),
+         "mean_label": overall.get("mean_label", math.nan),
+         "calibration": overall.get("calibration", math.nan),
+         "eval_examples": overall.get("example_count", math.nan)}
+  for bucket in BUCKETS:
+    values = slices.get(f"{trainer.ID_FREQUENCY}={bucket}", {})
+    row[f"auc_{bucket}"] = values.get("auc", math.nan)
+    row[f"examples_{bucket}"] = values.get("example_count", math.nan)
+  return row
+
+
+# ---------------------------------------------------------------- training --
+
+
+@dataclasses.dataclass(frozen=True)
+class StudySetup:
+  """What every run of one study shares."""
+  config: PipelineConfig
+  inputs: TransformedInputs
+  tf_transform_output: tft.TFTransformOutput
+  train_files: Tuple[str, ...]
+  train_examples: int
+
+
+def run_config(config: PipelineConfig, run: StudyRun) -> PipelineConfig:
+  """The study's config with the run's model, batch size, rule and CowClip:
+  its trainer_config is what the Trainer would get for this run."""
+  return dataclasses.replace(config, model=run.model,
+                             batch_size=run.batch_size, scaling_rule=run.rule,
+                             cowclip=run.cowclip)
+
+
+def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
+  """Trains one run as run_fn does, evaluates it, returns its study.csv row."""
+  config = run_config(setup.config, run)
+  spec = config.spec
+  steps_per_epoch = math.ceil(setup.train_examples / run.batch_size)
+  keras.utils.set_random_seed(run.seed)
+  model, record = trainer.build_and_compile(
+      config.trainer_config, {}, setup.tf_transform_output, steps_per_epoch)
+  hparams = record["scaled"]
+  row = {"run": run.key, "model": run.model, "rule": run.rule,
+         "cowclip": run.cowclip, "batch_size": run.batch_size,
+         "seed": run.seed, "epochs": config.epochs,
+         "embedding_update": config.embedding_update,
+         "dense_lr": hparams["dense_lr"], "embed_lr": hparams["embed_lr"],
+         "l2": hparams["l2"], "train_examples": setup.train_examples,
+         "steps": steps_per_epoch * config.epochs}
+  train = trainer.make_dataset(list(setup.train_files),
+                               setup.tf_transform_output, spec.label,
+                               run.batch_size, shuffle=True, seed=run.seed)
+  start = time.perf_counter()
+  try:
+    history = model.fit(train, epochs=config.epochs, verbose=0, callbacks=[
+        training.ThroughputLogger(run.batch_size)])
+  except training.NonFiniteLossError as error:
+    print(f"{run.key}: diverged: {error}", flush=True)
+    row.update(train_seconds=time.perf_counter() - start, diverged=True)
+    return row
+  seconds = time.perf_counter() - start
+  rates = history.history.get("examples_per_second")
+  rate = statistics.mean(rates) if rates else (
+      setup.train_examples * config.epochs / seconds)
+  row.update(train_seconds=seconds, examples_per_second=rate,
+             epoch_seconds=setup.train_examples / rate, diverged=False,
+             final_train_loss=float(history.history["loss"][-1]))
+
+  run_dir = os.path.join(config.output, "runs", run.key)
+  serving_dir = os.path.join(run_dir, "serving")
+  trainer.export_serving_model(model, setup.tf_transform_output,
+                               config.trainer_config, serving_dir)
+  row.update(metrics_row(tfma_metrics(
+      serving_dir, study_eval_config(config),
+      split_pattern(setup.inputs.raw_examples, "eval"),
+      os.path.join(run_dir, "tfma"), config.beam_args)))
+  return row
+
+
+# --------------------------------------------------------------- study.csv --
+
+
+def read_rows(path: str) -> List[Dict[str, object]]:
+  """The rows of a study.csv (numbers and booleans parsed); [] if absent."""
+  if not os.path.exists(path):
+    return []
+  rows = []
+  with open(path, newline="") as f:
+    reader = csv.DictReader(f)
+    missing = set(COLUMNS) - set(reader.fieldnames or ())
+    if missing:
+      raise ValueError(f"{path}: not a study.csv of this version, missing "
+                       f"columns {sorted(missing)}")
+    for line_number, raw in enumerate(reader, start=2):
+      row = {}
+      for name in COLUMNS:
+        value = raw[name]
+        if name in _TEXT_COLUMNS:
+          row[name] = value
+        elif name in _BOOL_COLUMNS:
+          if value not in ("True", "False"):
+            raise ValueError(f"{path}:{line_number}: column {name!r} must "
+                             f"be True or False, got {value!r}")
+          row[name] = value == "True"
+        else:
+          try:
+            row[name] = float(value) if value != "" else math.nan
+          except ValueError:
+            raise ValueError(f"{path}:{line_number}: column {name!r} is "
+                             f"not a number: {value!r}") from None
+      rows.append(row)
+  return rows
+
+
+def append_row(path: str, row: Mapping[str, object]) -> None:
+  """Appends one run (header first if the file is new) and flushes it."""
+  new = not os.path.exists(path)
+  with open(path, "a", newline="") as f:
+    writer = csv.DictWriter(f, fieldnames=COLUMNS, restval="")
+    if new:
+      writer.writeheader()
+    writer.writerow(row)
+
+
+# ------------------------------------------------------------------ report --
+
+
+def _group(rows: Iterable[Mapping[str, object]]
+          ) -> Dict[Tuple[str, str, int], List[Mapping[str, object]]]:
+  """Rows by (model, variant label, batch size), in first-seen order."""
+  groups = {}
+  for row in rows:
+    key = (row["model"], run_label(row["rule"], row["cowclip"]),
+           int(row["batch_size"]))
+    groups.setdefault(key, []).append(row)
+  return groups
+
+
+def _mean_spread(values: Sequence[float]) -> Tuple[float, float]:
+  """Mean and sample standard deviation (0 for a single value)."""
+  mean = statistics.mean(values)
+  return mean, statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def _cell(rows: Sequence[Mapping[str, object]], column: str,
+          digits: int = 4) -> str:
+  """'mean ± std' over the finished seeds; diverged seeds are named."""
+  values = [r[column] for r in rows
+            if not r["diverged"] and not math.isnan(r[column])]
+  diverged = sum(bool(r["diverged"]) for r in rows)
+  if not values:
+    return "diverged" if diverged else "n/a"
+  mean, spread = _mean_spread(values)
+  text = f"{mean:,.{digits}f}" + (
+      f" ± {spread:,.{digits}f}" if len(values) > 1 else "")
+  return text + (f" ({diverged}/{len(rows)} diverged)" if diverged else "")
+
+
+def _table(groups, model: str, column: str, digits: int) -> List[str]:
+  labels = list(dict.fromkeys(l for m, l, _ in groups if m == model))
+  batches = sorted({b for m, _, b in groups if m == model})
+  lines = ["| rule | " + " | ".join(str(b) for b in batches) + " |",
+           "|---" * (len(batches) + 1) + "|"]
+  for label in labels:
+    cells = [_cell(groups[(model, label, b)], column, digits)
+             if (model, label, b) in groups else "" for b in batches]
+    lines.append(f"| {label} | " + " | ".join(cells) + " |")
+  return lines
+
+
+def markdown_report(rows: Sequence[Mapping[str, object]],
+                    header: Sequence[str]) -> str:
+  """study.md: AUC, log loss, calibration, speed and bucket AUC tables."""
+  groups = _group(rows)
+  lines = ["# Batch-size scaling study", "", *header, ""]
+  for model in dict.fromkeys(m for m, _, _ in groups):
+    for title, column, digits in (
+        ("Eval AUC", "auc", 4), ("Eval log loss", "logloss", 4),
+        ("Calibration (mean prediction / mean label)", "calibration", 3),
+        ("Training examples/second", "examples_per_second", 0),
+        ("Seconds per epoch (compile excluded)", "epoch_seconds", 1),
+        ("Training wall seconds (compile included)", "train_seconds", 1)):
+      lines += [f"## {model}: {title}", "",
+                *_table(groups, model, column, digits), ""]
+    batches = sorted({b for m, _, b in groups if m == model})
+    for batch in sorted({batches[0], batches[-1]}):
+      lines += [f"## {model}: eval AUC by id frequency, batch {batch}", "",
+                "| rule | " + " | ".join(BUCKETS) + " |",
+                "|---" * (len(BUCKETS) + 1) + "|"]
+      for (m, label, b), members in groups.items():
+        if m == model and b == batch:
+          cells = [_cell(members, f"auc_{name}") for name in BUCKETS]
+          lines.append(f"| {label} | " + " | ".join(cells) + " |")
+      finished = [r for (m, _, b), members in groups.items()
+                  if m == model and b == batch for r in members
+                  if not r["diverged"]]
+      if finished:
+        counts = [finished[0][f"examples_{name}"] for name in BUCKETS]
+        lines += ["", "Eval examples per bucket: " + ", ".join(
+            f"{name} {'< min slice size' if math.isnan(n) else int(n)}"
+            for name, n in zip(BUCKETS, counts))]
+      lines.append("")
+  return "\n".join(lines)
+
+
+def _series(groups, model: str, column: str):
+  """{label: (batch sizes, means, stds)} of the finished runs."""
+  series = {}
+  for (m, label, batch), members in groups.items():
+    values = [r[column] for r in members
+              if not r["diverged"] and not math.isnan(r[column])]
+    if m == model and values:
+      mean, spread = _mean_spread(values)
+      series.setdefault(label, []).append((batch, mean, spread))
+  return {label: tuple(zip(*sorted(points)))
+          for label, points in series.items()}
+
+
+def write_figures(rows: Sequence[Mapping[str, object]], output: str
+                 ) -> List[str]:
+  """AUC and epoch time vs batch size, and bucket AUC at both batch ends."""
+  groups = _group(rows)
+  model_names = list(dict.fromkeys(m for m, _, _ in groups))
+  paths = []
+  for name, column, ylabel in (
+      ("auc_vs_batch.png", "auc", "eval AUC"),
+      ("epoch_time_vs_batch.png", "epoch_seconds", "seconds per epoch")):
+    figure = Figure(figsize=(6 * len(model_names), 4.5))
+    for i, model in enumerate(model_names):
+      axes = figure.add_subplot(1, len(model_names), i + 1)
+      for label, (batches, means, spreads) in _series(
+          groups, model, column).items():
+        axes.errorbar(batches, means, yerr=spreads, marker="o", capsize=3,
+                      label=label)
+      axes.set_xscale("log", base=2)
+      axes.set_xlabel("batch size")
+      axes.set_ylabel(ylabel)
+      axes.set_title(model)
+      axes.grid(True, alpha=0.3)
+      axes.legend(fontsize="small")
+    figure.tight_layout()
+    paths.append(os.path.join(output, name))
+    figure.savefig(paths[-1], dpi=110)
+
+  figure = Figure(figsize=(12, 4.5 * len(model_names)))
+  for i, model in enumerate(model_names):
+    batches = sorted({b for m, _, b in groups if m == model})
+    for j, batch in enumerate(sorted({batches[0], batches[-1]})):
+      axes = figure.add_subplot(len(model_names), 2, 2 * i + j + 1)
+      labels = [l for m, l, b in groups if m == model and b == batch]
+      width = 0.8 / max(len(labels), 1)
+      for k, label in enumerate(labels):
+        means = []
+        for bucket in BUCKETS:
+          values = [r[f"auc_{bucket}"] for r in groups[(model, label, batch)]
+                    if not r["diverged"] and not math.isnan(r[f"auc_{bucket}"])]
+          means.append(statistics.mean(values) if values else math.nan)
+        axes.bar(np.arange(len(BUCKETS)) + k * width, means, width,
+                 label=label)
+      axes.set_xticks(np.arange(len(BUCKETS)) + 0.4 - width / 2)
+      axes.set_xticklabels(BUCKETS)
+      finite = [v for bars in axes.containers for v in bars.datavalues
+                if not math.isnan(v)]
+      if finite:
+        axes.set_ylim(max(0.0, min(finite) - 0.02),
+                      min(1.0, max(finite) + 0.02))
+      axes.set_ylabel("eval AUC")
+      axes.set_title(f"{model}, batch {batch}: AUC by id frequency")
+      axes.legend(fontsize="small")
+  figure.tight_layout()
+  paths.append(os.path.join(output, "auc_by_frequency.png"))
+  figure.savefig(paths[-1], dpi=110)
+  return paths
+
+
+# -------------------------------------------------------------------- main --
+
+
+def run_study(config: PipelineConfig, runs: Sequence[StudyRun],
+              header: Sequence[str] = ()) -> List[Dict[str, object]]:
+  """Transform once, train/evaluate the runs not yet in study.csv, report.
+
+  Args:
+    config: the pipeline config every run starts from (epochs, base
+      hyperparameters, model options, embedding update, frequency slice);
+      its output DIR holds the pipeline root, study.csv, study.md, the
+      figures and runs/<run>/ (serving model, TFMA output).
+    runs: from study_runs.
+    header: lines put at the top of study.md (the settings).
+
+  Returns:
+    All rows of study.csv.
+  """
+  csv_path = os.path.join(config.output, "study.csv")
+  done = {r["run"] for r in read_rows(csv_path)}
+  todo = [r for r in runs if r.key not in done]
+  print(f"study: {len(runs) - len(todo)} of {len(runs)} runs already in "
+        f"{csv_path}", flush=True)
+  inputs = transform_once(config)
+  train_files = split_files(inputs.transformed_examples, "train")
+  setup = StudySetup(
+      config=config, inputs=inputs,
+      tf_transform_output=tft.TFTransformOutput(inputs.transform_graph),
+      train_files=tuple(train_files),
+      train_examples=trainer.count_records(train_files))
+  for i, run in enumerate(todo, start=1):
+    print(f"study: run {i}/{len(todo)}: {run.key}", flush=True)
+    row = train_and_evaluate(run, setup)
+    append_row(csv_path, row)
+    print(f"study: {run.key}: auc {row.get('auc', math.nan):.4f} "
+          f"logloss {row.get('logloss', math.nan):.4f} "
+          f"{row['train_seconds']:.1f} s", flush=True)
+    write_report(read_rows(csv_path), config.output, header)
+  rows = read_rows(csv_path)
+  write_report(rows, config.output, header)
+  return rows
+
+
+def write_report(rows: Sequence[Mapping[str, object]], output: str,
+                 header: Sequence[str]) -> None:
+  """study.md and the figures from the rows (nothing if there are none)."""
+  if not rows:
+    return
+  with open(os.path.join(output, "study.md"), "w") as f:
+    f.write(markdown_report(rows, header) + "\n")
+  write_figures(rows, output)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+  """The `study` subcommand's flags."""
+  parser.add_argument("--dataset", required=True,
+                      choices=sorted(features.DATASETS))
+  parser.add_argument("--data", required=True,
+                      help="raw file, or directory of raw files")
+  parser.add_argument("--output", required=True,
+                      help="DIR for the pipeline, study.csv/md and figures "
+                      "(re-use it to resume)")
+  parser.add_argument("--batch-sizes", type=benchmark.parse_int_list,
+                      default=list(DEFAULT_BATCH_SIZES))
+  parser.add_argument("--rules", type=_parse_rules,
+                      default=list(DEFAULT_RULES),
+                      help=f"comma-separated, from {','.join(scaling.RULES)}")
+  parser.add_argument("--models", type=_parse_models, default=["deepfm"],
+                      help=f"comma-separated, from {','.join(models.MODELS)}")
+  parser.add_argument("--epochs", type=int, default=1)
+  parser.add_argument("--seeds", type=benchmark.parse_int_list,
+                      default=[1234])
+  parser.add_argument("--ablation", action="store_true",
+                      help="also run the cowclip rule without clipping")
+  parser.add_argument("--embedding-update", default="dense",
+                      choices=training.EMBEDDING_UPDATES)
+  parser.add_argument("--hidden-units", type=benchmark.parse_int_list,
+                      default=None, help="DNN layer sizes (default: the "
+                      "model's)")
+  parser.add_argument("--frequency-thresholds", type=benchmark.parse_int_list,
+                      default=None, help="rare,frequent typical id counts "
+                      "of the id-frequency slice (default: the pipeline's)")
+  parser.add_argument("--min-frequency", type=int, default=None,
+                      help="vocabulary frequency threshold (default: per "
+                      "dataset)")
+  parser.add_argument("--eval-fraction", type=float, default=None)
+  for flag, key in cli.HPARAM_FLAGS.items():
+    parser.add_argument(f"--{flag}", dest=key, type=float, default=None,
+                        help=f"override the base {key} (at the dataset's "
+                        "base batch size; each rule maps it)")
+
+
+def _parse_choices(text: str, choices: Sequence[str], what: str) -> List[str]:
+  values = [v.strip() for v in text.split(",") if v.strip()]
+  unknown = [v for v in values if v not in choices]
+  if not values or unknown:
+    raise argparse.ArgumentTypeError(
+        f"unknown {what} {unknown or text!r}; choose from {','.join(choices)}")
+  return values
+
+
+def _parse_rules(text: str) -> List[str]:
+  return _parse_choices(text, scaling.RULES, "scaling rule")
+
+
+def _parse_models(text: str) -> List[str]:
+  return _parse_choices(text, models.MODELS, "model")
+
+
+def main(args: argparse.Namespace) -> int:
+  """Runs the study from parsed flags."""
+  overrides = {key: getattr(args, key) for key in cli.HPARAM_FLAGS.values()
+               if getattr(args, key) is not None}
+  extra = {}
+  if args.hidden_units:
+    extra["model_options"] = {"hidden_units": tuple(args.hidden_units)}
+  if args.frequency_thresholds:
+    extra["frequency_thresholds"] = tuple(args.frequency_thresholds)
+  config = PipelineConfig(dataset=args.dataset, data=args.data,
+                          output=args.output, epochs=args.epochs,
+                          hparams=overrides, min_frequency=args.min_frequency,
+                          eval_fraction=args.eval_fraction,
+                          embedding_update=args.embedding_update, **extra)
+  runs = study_runs(args.models, args.rules, args.batch_sizes, args.seeds,
+                    args.ablation)
+  rare, frequent = config.frequency_thresholds
+  header = [f"Dataset {args.dataset} from `{args.data}`; models "
+            f"{args.models}; rules {args.rules}; batch sizes "
+            f"{args.batch_sizes}; seeds {args.seeds}; {args.epochs} "
+            f"epoch(s); ablation {args.ablation}.",
+            f"Base hyperparameters at batch {config.spec.base_batch_size}: "
+            f"{config.base_hparams}",
+            f"Model options: {models.ModelOptions(**config.model_options)}; "
+            f"embedding update {config.embedding_update}.",
+            "Id-frequency buckets: the pipeline's id_frequency slice "
+            "(geometric mean over fields of the training count of the "
+            f"example's ids, OOV ids 0): < {rare} rare, < {frequent} medium, "
+            "else frequent."]
+  rows = run_study(config, runs, header)
+  print(f"study: {len(rows)} runs in {os.path.join(args.output, 'study.csv')}"
+        f"; report {os.path.join(args.output, 'study.md')}")
+  return 0

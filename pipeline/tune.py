@@ -1,0 +1,259 @@
+"""`python -m pipeline tune`: the tuning job on its own, and its results.
+
+The job runs create_pipeline with stop_after_tuner: the same ingestion,
+Transform and Tuner as `run --tune`, without the final training. Then it
+writes to the output DIR, next to DIR/pipeline and DIR/metadata.sqlite:
+
+  best_hyperparameters.json   the best base values, their val_auc and the
+                              settings they were found with
+  best_hyperparameters/best_hyperparameters.txt
+                              the Tuner's artifact as is, which
+                              `run --hparams-from DIR` imports
+  trials.csv, trials.json     one row per trial (trainer_module.tuner)
+  trials.png                  val_auc per trial, and the best so far
+
+The values are BASE hyperparameters (at the dataset's base batch size): the
+scaling rule maps them to any batch size a run trains at.
+"""
+
+import dataclasses
+import json
+import math
+import os
+import shutil
+from typing import Any, Dict, List, Mapping, Tuple
+
+from matplotlib.figure import Figure
+from ml_metadata.metadata_store import metadata_store
+from ml_metadata.proto import metadata_store_pb2
+from tfx import v1 as tfx
+
+from pipeline import runner
+from pipeline.config import PipelineConfig
+from trainer_module import scaling
+from trainer_module import trainer
+from trainer_module import tuner as tuner_lib
+
+BEST_JSON = "best_hyperparameters.json"
+BEST_DIR = "best_hyperparameters"
+# The name TFX's Tuner executor gives the file in its artifact.
+BEST_FILE = "best_hyperparameters.txt"
+PLOT = "trials.png"
+TUNER_NODE = tuner_lib.CtrTuner.__name__
+
+_DONE = (metadata_store_pb2.Execution.COMPLETE,
+         metadata_store_pb2.Execution.CACHED)
+
+
+def latest_outputs(config: PipelineConfig, node_id: str) -> Dict[str, str]:
+  """Output key -> URI of the latest finished (or cached) run of a node.
+
+  By execution rather than the newest artifact of a type: a cached Tuner
+  returns artifacts older than those of another, later search in the store.
+
+  Raises:
+    LookupError: the node never finished in this pipeline's store.
+  """
+  store = metadata_store.MetadataStore(
+      tfx.orchestration.metadata.sqlite_metadata_connection_config(
+          config.metadata_path))
+  context = store.get_context_by_type_and_name(
+      "node", f"{config.pipeline_name}.{node_id}")
+  executions = [e for e in (store.get_executions_by_context(context.id)
+                            if context else []) if e.last_known_state in _DONE]
+  if not executions:
+    raise LookupError(f"{config.metadata_path}: {node_id} of pipeline "
+                      f"{config.pipeline_name} never finished")
+  execution = max(executions, key=lambda e: e.id)
+  events = [e for e in store.get_events_by_execution_ids([execution.id])
+            if e.type == metadata_store_pb2.Event.OUTPUT]
+  uris = {a.id: a.uri for a in store.get_artifacts_by_id(
+      [e.artifact_id for e in events])}
+  return {e.path.steps[0].key: uris[e.artifact_id] for e in events}
+
+
+def check_best_hyperparameters(path: str) -> Dict[str, Any]:
+  """The tuned values of a best_hyperparameters.txt, checked.
+
+  Returns:
+    Its "values" without KerasTuner's "tuner/*" bookkeeping.
+
+  Raises:
+    ValueError: naming the file and the key, for anything run_fn could not
+      use or would silently ignore.
+  """
+  try:
+    with open(path, encoding="utf-8") as f:
+      config = json.load(f)
+  except json.JSONDecodeError as error:
+    raise ValueError(f"{path}, line {error.lineno}: not valid JSON: "
+                     f"{error.msg}") from None
+  values = config.get("values") if isinstance(config, dict) else None
+  if not isinstance(values, dict):
+    raise ValueError(f"{path}: expected a KerasTuner HyperParameters config "
+                     '{"space": [...], "values": {...}}')
+  values = {k: v for k, v in values.items() if not k.startswith("tuner/")}
+  base_keys = scaling.HPARAM_KEYS
+  unknown = sorted(set(values) - set(base_keys + trainer.MODEL_SIZE_KEYS))
+  if unknown or not values:
+    raise ValueError(f"{path}: unknown hyperparameters {unknown} (known: "
+                     f"{list(base_keys + trainer.MODEL_SIZE_KEYS)})")
+  for name, value in values.items():
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if name in base_keys and not (number and math.isfinite(value) and
+                                  value >= 0):
+      raise ValueError(f"{path}: {name} must be a finite number >= 0, got "
+                       f"{value!r}")
+    if name in trainer.MODEL_SIZE_KEYS and not (
+        isinstance(value, int) and not isinstance(value, bool) and value > 0):
+      raise ValueError(f"{path}: {name} must be a positive integer, got "
+                       f"{value!r}")
+  return values
+
+
+def resolve_hparams_dir(path: str, dataset: str) -> str:
+  """The directory `--hparams-from PATH` means, checked.
+
+  PATH is a Tuner's best_hyperparameters artifact (a directory holding only
+  best_hyperparameters.txt, which is what the Trainer reads) or the output
+  DIR of a tuning job (DIR/best_hyperparameters/). A URI is returned as is:
+  it is read, and checked, where the pipeline runs.
+
+  Raises:
+    ValueError: PATH is neither, or holds values run_fn cannot use, or was
+      tuned on another dataset.
+  """
+  if "://" in path:
+    return path
+  path = os.path.abspath(path)
+  if not os.path.isdir(path):
+    raise ValueError(f"--hparams-from {path}: not a directory (give a "
+                     "Tuner's best_hyperparameters artifact directory or the "
+                     "--output DIR of `python -m pipeline tune`)")
+  candidates = [d for d in (path, os.path.join(path, BEST_DIR))
+                if os.path.isfile(os.path.join(d, BEST_FILE))]
+  if not candidates:
+    raise ValueError(f"--hparams-from {path}: no {BEST_FILE} in it nor in "
+                     f"{BEST_DIR}/ (give a Tuner's best_hyperparameters "
+                     "artifact directory or the --output DIR of `python -m "
+                     "pipeline tune`)")
+  directory = candidates[0]
+  others = sorted(set(os.listdir(directory)) - {BEST_FILE})
+  if others:
+    raise ValueError(f"--hparams-from {directory}: holds {others} besides "
+                     f"{BEST_FILE}; the Trainer reads the only file of the "
+                     "directory")
+  check_best_hyperparameters(os.path.join(directory, BEST_FILE))
+  summary = os.path.join(path, BEST_JSON)
+  if directory != path and os.path.isfile(summary):
+    with open(summary, encoding="utf-8") as f:
+      tuned_on = json.load(f).get("dataset")
+    if tuned_on != dataset:
+      raise ValueError(f"--hparams-from {path}: tuned on {tuned_on!r} (see "
+                       f"{summary}), but this run is {dataset!r}")
+  return directory
+
+
+def plot_trials(rows: List[Mapping[str, Any]], path: str, title: str) -> None:
+  """val_auc of every trial, the best so far, and where trials failed."""
+  figure = Figure(figsize=(max(6.0, 0.35 * len(rows)), 4.0))
+  axes = figure.subplots()
+  positions = range(len(rows))
+  done = [(i, row[tuner_lib.OBJECTIVE]) for i, row in enumerate(rows)
+          if row[tuner_lib.OBJECTIVE] is not None]
+  if done:
+    xs, ys = zip(*done)
+    axes.plot(xs, ys, "o", label="trial")
+    running = [max(ys[:k + 1]) for k in range(len(ys))]
+    axes.step(xs, running, where="post", label="best so far")
+    best = ys.index(max(ys))
+    axes.plot(xs[best], ys[best], "*", markersize=14,
+              label=f"best: {ys[best]:.4f}")
+  failed = [i for i, row in enumerate(rows)
+            if row[tuner_lib.OBJECTIVE] is None]
+  for i in failed:
+    axes.axvline(i, color="tab:red", alpha=0.3,
+                 label="failed" if i == failed[0] else None)
+  axes.set_xticks(list(positions), [str(row["trial_id"]) for row in rows])
+  axes.set_xlabel("trial")
+  axes.set_ylabel(f"validation AUC ({tuner_lib.OBJECTIVE})")
+  axes.set_title(title)
+  axes.grid(alpha=0.3)
+  axes.margins(x=0.1, y=0.15)
+  if done or failed:
+    axes.legend(loc="best")
+  figure.tight_layout()
+  figure.savefig(path, dpi=100)
+
+
+@dataclasses.dataclass(frozen=True)
+class TuningOutcome:
+  """What a tuning job found and wrote."""
+  output: str
+  summary: Dict[str, Any]
+  trials: List[Dict[str, Any]]
+  files: Tuple[str, ...]
+
+  def describe(self) -> str:
+    s = self.summary
+    values = ", ".join(f"{k}={v:.4g}" for k, v in s["values"].items())
+    return "\n".join([
+        f"trials:           {s['trials']} run, {s['completed']} completed "
+        f"({s['tuner']} search, objective {s['objective']})",
+        f"best trial:       {s['best_trial']}  {s['objective']} "
+        f"{s['best_val_auc']:.4f}  val_loss {s['best_val_loss']:.4f}",
+        f"best base values: {values}",
+        f"                  (at batch {s['base_batch_size']}; the "
+        f"{s['scaling_rule']} rule maps them to a run's batch size)",
+        "written:          " + "\n                  ".join(self.files),
+        f"reuse with:       python -m pipeline run ... --hparams-from "
+        f"{self.output}"])
+
+
+def write_results(config: PipelineConfig, best_hparams_dir: str,
+                  tuner_results_dir: str) -> TuningOutcome:
+  """Writes the job's files (module doc) from a CtrTuner's two outputs."""
+  rows = tuner_lib.read_trials(tuner_results_dir)
+  best_file = os.path.join(best_hparams_dir, BEST_FILE)
+  values = check_best_hyperparameters(best_file)
+  completed = [r for r in rows if r["status"] == "COMPLETED"]
+  best = max(completed, key=lambda r: r[tuner_lib.OBJECTIVE])
+  record = trainer.training_hparams(config.trainer_config, values)
+  summary = {
+      "dataset": config.dataset, "model": config.model,
+      "tuner": config.tuner, "trials": len(rows),
+      "completed": len(completed), "objective": tuner_lib.OBJECTIVE,
+      "best_trial": best["trial_id"],
+      "best_val_auc": best[tuner_lib.OBJECTIVE],
+      "best_val_loss": best["val_loss"], "values": values,
+      "base_batch_size": record["base_batch_size"],
+      "scaling_rule": record["rule"],
+      "tuned_at_batch_size": record["batch_size"],
+      "scaled_at_tuned_batch_size": record["scaled"],
+      "tuner_results": tuner_results_dir,
+      "best_hyperparameters": best_hparams_dir}
+  os.makedirs(os.path.join(config.output, BEST_DIR), exist_ok=True)
+  copy = os.path.join(config.output, BEST_DIR, BEST_FILE)
+  shutil.copyfile(best_file, copy)
+  summary_path = os.path.join(config.output, BEST_JSON)
+  with open(summary_path, "w", encoding="utf-8") as f:
+    json.dump(summary, f, indent=2)
+  tuner_lib.write_trials(rows, config.output)
+  plot = os.path.join(config.output, PLOT)
+  plot_trials(rows, plot, f"{config.dataset} {config.model}: {config.tuner} "
+              f"search at batch {config.batch_size}")
+  files = (summary_path, copy,
+           os.path.join(config.output, tuner_lib.TRIALS_CSV),
+           os.path.join(config.output, tuner_lib.TRIALS_JSON), plot)
+  return TuningOutcome(config.output, summary, rows, files)
+
+
+def run_tuning(config: PipelineConfig) -> TuningOutcome:
+  """Runs the pipeline up to the Tuner and writes its results (module doc)."""
+  if not config.stop_after_tuner:
+    raise ValueError("the tuning job needs a config with tune and "
+                     "stop_after_tuner set")
+  runner.run_pipeline(config)
+  outputs = latest_outputs(config, TUNER_NODE)
+  return write_results(config, outputs["best_hyperparameters"],
+                       outputs["tuner_results"])

@@ -1,0 +1,158 @@
+"""The batch-size scaling study: its runs, its CSV, its report, its resume."""
+
+import csv
+import math
+import os
+
+import pytest
+
+from pipeline import cli
+from pipeline import generate
+from pipeline import study
+from pipeline.config import PipelineConfig
+from pipeline.pipeline import create_eval_config
+
+
+def test_cowclip_is_on_exactly_for_the_cowclip_rule():
+  runs = study.study_runs(["deepfm"], ["none", "sqrt", "cowclip"],
+                          [1024, 4096], [1, 2])
+  assert len(runs) == 3 * 2 * 2
+  assert all(r.cowclip == (r.rule == "cowclip") for r in runs)
+  assert len({r.key for r in runs}) == len(runs)
+
+
+def test_ablation_adds_the_cowclip_rule_without_clipping():
+  runs = study.study_runs(["deepfm"], ["none", "cowclip"], [1024], [1],
+                          ablation=True)
+  assert {(r.rule, r.cowclip) for r in runs} == {
+      ("none", False), ("cowclip", True), ("cowclip", False)}
+  assert study.run_label("cowclip", False) == "cowclip (no clipping)"
+  assert study.run_label("sqrt", False) == "sqrt"
+
+
+def test_unknown_rule_or_model_is_rejected():
+  with pytest.raises(ValueError, match="scaling rule 'cube'"):
+    study.study_runs(["deepfm"], ["cube"], [1024], [1])
+  with pytest.raises(ValueError, match="model 'xgb'"):
+    study.study_runs(["xgb"], ["none"], [1024], [1])
+
+
+def test_study_eval_config_is_the_pipelines_cut_to_what_is_reported():
+  config = PipelineConfig(dataset="criteo", data="unused", output="unused")
+  full = create_eval_config(config)
+  cut = study.study_eval_config(config)
+  assert list(cut.model_specs) == list(full.model_specs)
+  assert [list(s.feature_keys) for s in cut.slicing_specs] == [
+      [], ["id_frequency"]]
+  names = [m.class_name for m in cut.metrics_specs[0].metrics]
+  assert names == [m.class_name for m in full.metrics_specs[0].metrics
+                   if m.class_name != "CalibrationPlot"]
+  assert {"AUC", "BinaryCrossEntropy", "Calibration"} <= set(names)
+  thresholds = [t.threshold for m in cut.metrics_specs[0].metrics
+                for t in m.per_slice_thresholds]
+  assert thresholds and not any(t.HasField("change_threshold")
+                                for t in thresholds)
+  assert any(t.HasField("value_threshold") for t in thresholds)
+
+
+def test_metrics_row_reads_overall_and_frequency_slices():
+  slices = {"": {"auc": 0.7, "binary_crossentropy": 0.5, "calibration": 1.1,
+                 "mean_label": 0.25, "mean_prediction": 0.275,
+                 "example_count": 300.0},
+            "id_frequency=rare": {"auc": 0.6, "example_count": 120.0},
+            "id_frequency=frequent": {"auc": 0.8, "example_count": 180.0},
+            "C6=x": {"auc": 0.1}}
+  row = study.metrics_row(slices)
+  assert (row["auc"], row["logloss"], row["calibration"]) == (0.7, 0.5, 1.1)
+  assert row["eval_examples"] == 300
+  assert (row["auc_rare"], row["examples_rare"]) == (0.6, 120)
+  assert (row["auc_frequent"], row["examples_frequent"]) == (0.8, 180)
+  assert math.isnan(row["auc_medium"]) and math.isnan(row["examples_medium"])
+
+
+def _row(rule, batch, seed, auc, diverged=False, cowclip=None):
+  cowclip = rule == "cowclip" if cowclip is None else cowclip
+  row = {name: 1.0 for name in study.COLUMNS}
+  row.update(run=study.StudyRun("deepfm", rule, batch, seed, cowclip).key,
+             model="deepfm", rule=rule, cowclip=cowclip, batch_size=batch,
+             seed=seed, embedding_update="dense", diverged=diverged, auc=auc,
+             auc_rare=auc - 0.05, examples_medium=math.nan)
+  if diverged:
+    for name in ("auc", "logloss", "auc_rare"):
+      row[name] = math.nan
+  return row
+
+
+def test_csv_round_trip_and_bad_values(tmp_path):
+  path = str(tmp_path / "study.csv")
+  assert study.read_rows(path) == []
+  study.append_row(path, _row("none", 1024, 1, 0.75))
+  study.append_row(path, _row("none", 8192, 1, 0.7, diverged=True))
+  rows = study.read_rows(path)
+  assert [r["run"] for r in rows] == ["deepfm-none-noclip-b1024-s1",
+                                      "deepfm-none-noclip-b8192-s1"]
+  assert rows[0]["auc"] == 0.75 and rows[0]["cowclip"] is False
+  assert rows[1]["diverged"] is True and math.isnan(rows[1]["auc"])
+  with open(path) as f:
+    text = f.read()
+  with open(path, "w") as f:
+    f.write(text.replace("0.75", "high"))
+  with pytest.raises(ValueError, match=r"study\.csv:2: column 'auc'"):
+    study.read_rows(path)
+
+
+def test_report_tables_and_figures(tmp_path):
+  rows = [_row("none", 1024, 1, 0.75), _row("none", 1024, 2, 0.77),
+          _row("none", 8192, 1, 0.6, diverged=True),
+          _row("none", 8192, 2, 0.62),
+          _row("cowclip", 1024, 1, 0.76), _row("cowclip", 8192, 1, 0.76),
+          _row("cowclip", 8192, 1, 0.74, cowclip=False)]
+  text = study.markdown_report(rows, ["header line"])
+  assert "header line" in text
+  assert "## deepfm: Eval AUC" in text and "## deepfm: Eval log loss" in text
+  assert "| none | 0.7600 ± 0.0141 | 0.6200 (1/2 diverged) |" in text
+  assert "| cowclip | 0.7600 | 0.7600 |" in text
+  assert "| cowclip (no clipping) |  | 0.7400 |" in text
+  assert "eval AUC by id frequency, batch 1024" in text
+  assert "eval AUC by id frequency, batch 8192" in text
+  assert "rare 1, medium < min slice size, frequent 1" in text
+  paths = study.write_figures(rows, str(tmp_path))
+  assert sorted(os.path.basename(p) for p in paths) == [
+      "auc_by_frequency.png", "auc_vs_batch.png", "epoch_time_vs_batch.png"]
+  for path in paths:
+    with open(path, "rb") as f:
+      assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_study_command_trains_every_run_and_resumes(tmp_path, capsys):
+  data = tmp_path / "data"
+  generate.write_synthetic("criteo", 3000, 1, str(data / "train.txt"))
+  out = tmp_path / "study"
+  argv = ["study", "--dataset", "criteo", "--data", str(data), "--output",
+          str(out), "--batch-sizes", "256,1024", "--rules", "none,cowclip",
+          "--seeds", "7", "--epochs", "1", "--hidden-units", "16",
+          "--min-frequency", "3", "--embed-lr", "1e-3"]
+  assert cli.main(argv) == 0
+  with open(out / "study.csv", newline="") as f:
+    rows = list(csv.DictReader(f))
+  assert sorted(r["run"] for r in rows) == sorted(
+      r.key for r in study.study_runs(["deepfm"], ["none", "cowclip"],
+                                      [256, 1024], [7]))
+  for row in rows:
+    assert row["diverged"] == "False"
+    assert 0.0 < float(row["auc"]) <= 1.0
+    assert float(row["logloss"]) > 0 and float(row["examples_per_second"]) > 0
+    assert float(row["eval_examples"]) > 0
+    assert float(row["embed_lr"]) == 1e-3
+  report = (out / "study.md").read_text()
+  assert "## deepfm: Eval AUC" in report and "| cowclip |" in report
+  for name in ("auc_vs_batch.png", "epoch_time_vs_batch.png",
+               "auc_by_frequency.png"):
+    assert (out / name).stat().st_size > 0
+
+  capsys.readouterr()
+  before = (out / "study.csv").read_text()
+  assert cli.main(argv) == 0
+  assert "4 of 4 runs already" in capsys.readouterr().out
+  assert (out / "study.csv").read_text() == before

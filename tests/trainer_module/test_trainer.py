@@ -1,0 +1,37 @@
+"""trainer_module.trainer pieces that need no pipeline: bucketing, hparams."""
+
+import numpy as np
+import tensorflow as tf
+
+from trainer_module import scaling
+from trainer_module import trainer
+
+
+def test_frequency_buckets_boundaries_belong_to_the_higher_bucket():
+  counts = tf.constant([0.0, 99.9, 100.0, 9999.0, 10000.0, 1e9])
+  got = trainer.frequency_buckets(counts, (100, 10000)).numpy().tolist()
+  assert got == [b"rare", b"rare", b"medium", b"medium", b"frequent",
+                 b"frequent"]
+
+
+def test_frequency_buckets_of_geometric_mean_like_serving_does():
+  # Two fields: counts (1, 10000) -> geometric mean ~100 -> medium.
+  log_counts = tf.math.log1p(tf.constant([[1.0], [10000.0]]))
+  typical = tf.math.expm1(tf.reduce_mean(log_counts, axis=0))
+  np.testing.assert_allclose(typical.numpy(), [np.sqrt(2 * 10001) - 1],
+                             rtol=1e-5)
+  assert trainer.frequency_buckets(typical, (100, 10000)).numpy() == [
+      b"medium"]
+
+
+def test_training_hparams_scale_tuned_base_values():
+  config = {"scaling_rule": "cowclip", "base_batch_size": 1024,
+            "batch_size": 8192,
+            "base_hparams": {"dense_lr": 8e-4, "embed_lr": 1e-4, "l2": 1e-5,
+                             "r": 1.0, "zeta": 1e-5, "warmup_epochs": 1.0}}
+  record = trainer.training_hparams(config, {"dense_lr": 1e-3,
+                                             "embedding_dim": 16})
+  assert record["base"]["dense_lr"] == 1e-3
+  assert "embedding_dim" not in record["base"]
+  assert record["scaled"] == scaling.scale_hparams(
+      "cowclip", record["base"], 1024, 8192)

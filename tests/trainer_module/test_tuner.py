@@ -1,0 +1,296 @@
+"""The tuning search space, trial results and trial table (no pipeline)."""
+
+import csv
+import json
+import math
+
+import keras
+import keras_tuner
+import numpy as np
+import pytest
+from tfx.dsl.components.base import base_executor
+from tfx.types import standard_artifacts
+from tfx.types import standard_component_specs
+
+from trainer_module import features
+from trainer_module import scaling
+from trainer_module import trainer
+from trainer_module import tuner
+
+
+@pytest.mark.parametrize("dataset", sorted(features.DATASETS))
+def test_default_space_is_around_the_published_base_values(dataset):
+  published = features.get_spec(dataset).base_hparams
+  space = tuner.search_space(dataset)
+  assert tuple(space) == scaling.HPARAM_KEYS
+  for name, dimension in space.items():
+    assert not dimension.fixed and dimension.default == published[name]
+    assert dimension.low <= published[name] <= dimension.high
+    assert dimension.log == (name in ("dense_lr", "embed_lr", "l2", "zeta"))
+  assert (space["dense_lr"].low, space["dense_lr"].high) == pytest.approx(
+      (published["dense_lr"] / 10, published["dense_lr"] * 10))
+  assert (space["warmup_epochs"].low, space["r"].high) == (0.0, 2.0)
+
+
+def test_declared_hyperparameters_keep_bounds_and_scale():
+  space = tuner.search_space("criteo", {"dense_lr": [1e-4, 1e-2], "r": 1.5,
+                                        "embedding_dim": [8, 16]},
+                             tune_model_size=True)
+  hp = keras_tuner.HyperParameters()
+  for dimension in space.values():
+    dimension.declare(hp)
+  declared = {p.name: p.get_config() for p in hp.space}
+  assert declared["dense_lr"]["min_value"] == 1e-4
+  assert declared["dense_lr"]["max_value"] == 1e-2
+  assert declared["dense_lr"]["sampling"] == "log"
+  # The published 8e-4 lies inside the new bounds: still the default.
+  assert declared["dense_lr"]["default"] == 8e-4
+  assert declared["warmup_epochs"]["sampling"] == "linear"
+  kinds = {p.name: type(p).__name__ for p in hp.space}
+  assert (kinds["dense_lr"], kinds["r"], kinds["dnn_units"]) == (
+      "Float", "Fixed", "Choice")
+  assert hp.get("r") == 1.5
+  assert declared["embedding_dim"]["values"] == [8, 16]
+  assert declared["dnn_layers"]["values"] == [2, 3, 4]
+  assert declared["dnn_units"]["values"] == [200, 400, 800]
+
+
+def test_bounds_outside_the_published_value_default_to_their_middle():
+  space = tuner.search_space("criteo", {"l2": [1e-3, 1e-1], "r": [3, 5]})
+  assert space["l2"].default == pytest.approx(1e-2)  # Geometric (log).
+  assert space["r"].default == 4.0
+
+
+def test_size_defaults_center_on_the_configured_model():
+  space = tuner.search_space("avazu", tune_model_size=True,
+                             model_options={"embedding_dim": 16,
+                                            "hidden_units": [64, 64]})
+  assert space["embedding_dim"].choices == (8, 16, 32)
+  assert space["embedding_dim"].default == 16
+  assert space["dnn_units"].choices == (32, 64, 128)
+  assert space["dnn_layers"].choices == (1, 2, 3)
+
+
+def test_contains():
+  space = tuner.search_space("criteo", {"r": 1.0, "embedding_dim": [8, 16]},
+                             tune_model_size=True)
+  assert space["dense_lr"].contains(8e-4)
+  assert not space["dense_lr"].contains(1.0)
+  assert space["r"].contains(1.0) and not space["r"].contains(1.1)
+  assert space["embedding_dim"].contains(16)
+  assert not space["embedding_dim"].contains(10)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"learning_rate": [1e-4, 1e-2]}, "unknown hyperparameter 'learning_rate'"),
+    ({"dense_lr": [1e-2, 1e-4]}, "'dense_lr' must be [low, high]"),
+    ({"dense_lr": [0, 1e-2]}, "0 < low < high (log scale)"),
+    ({"dense_lr": [1e-4, 1e-3, 1e-2]}, "'dense_lr' must be"),
+    ({"r": [-1, 2]}, "0 <= low < high"),
+    ({"r": "1.0"}, "'r' must be"),
+    ({"r": True}, "'r' must be"),
+    ({"zeta": [1e-5, float("inf")]}, "'zeta' must be"),
+    ({"embedding_dim": [8, 16]}, "--tune-model-size"),
+])
+def test_bad_bounds_name_the_source_and_the_key(overrides, message):
+  with pytest.raises(ValueError) as error:
+    tuner.search_space("criteo", overrides, source="space.json")
+  assert "space.json" in str(error.value)
+  assert message in str(error.value)
+
+
+@pytest.mark.parametrize("value", [[8, 8], [8, 0], [8.0, 16.0], [], "16"])
+def test_bad_size_choices(value):
+  with pytest.raises(ValueError, match="'embedding_dim' must be a list"):
+    tuner.search_space("criteo", {"embedding_dim": value},
+                       tune_model_size=True)
+
+
+def test_unfixed_zero_is_allowed_on_a_linear_scale_and_as_a_fixed_value():
+  space = tuner.search_space("criteo", {"warmup_epochs": 0, "l2": 0})
+  assert space["warmup_epochs"].fixed and space["warmup_epochs"].default == 0
+  assert space["l2"].fixed and space["l2"].default == 0
+
+
+def test_load_search_space_file(tmp_path):
+  path = tmp_path / "space.json"
+  path.write_text(json.dumps({"dense_lr": [1e-4, 1e-2], "r": 1.0}))
+  assert tuner.load_search_space(str(path), "criteo", False) == {
+      "dense_lr": [1e-4, 1e-2], "r": 1.0}
+
+
+def test_load_search_space_errors_name_the_file(tmp_path):
+  missing = tmp_path / "missing.json"
+  with pytest.raises(ValueError, match="missing.json does not exist"):
+    tuner.load_search_space(str(missing), "criteo", False)
+  broken = tmp_path / "broken.json"
+  broken.write_text('{\n  "dense_lr": [1e-4, 1e-2],\n  "r": \n}')
+  with pytest.raises(ValueError, match=r"broken.json, line 4 column 1: not "
+                     "valid JSON"):
+    tuner.load_search_space(str(broken), "criteo", False)
+  listed = tmp_path / "list.json"
+  listed.write_text("[1, 2]")
+  with pytest.raises(ValueError, match="list.json: expected a JSON object"):
+    tuner.load_search_space(str(listed), "criteo", False)
+  bad = tmp_path / "bad.json"
+  bad.write_text('{"l2": [1e-4, 1e-6]}')
+  with pytest.raises(ValueError, match="bad.json: 'l2' must be"):
+    tuner.load_search_space(str(bad), "criteo", False)
+
+
+def test_best_epoch_metrics_are_those_of_the_best_val_auc_epoch():
+  history = {"val_auc": [0.70, 0.74, 0.72], "val_loss": [0.50, 0.47, 0.49],
+             "loss": [0.6, 0.5, 0.4]}
+  assert tuner.best_epoch_metrics(history) == {
+      "val_auc": 0.74, "val_loss": 0.47, "loss": 0.5, "epochs_run": 3.0}
+  with_nan = {"val_auc": [float("nan"), 0.6], "val_loss": [1.0, 0.9]}
+  assert tuner.best_epoch_metrics(with_nan)["val_loss"] == 0.9
+  with pytest.raises(ValueError, match="no 'val_auc'"):
+    tuner.best_epoch_metrics({"loss": [0.5]})
+
+
+class _TinyHyperModel(keras_tuner.HyperModel):
+  """A logistic regression on a searched learning rate; fails on demand."""
+
+  def __init__(self, space, fail_trials):
+    super().__init__()
+    self.space = space
+    self.fail_trials = fail_trials
+    self.fits = 0
+
+  def declare_hyperparameters(self, hp):
+    for dimension in self.space.values():
+      dimension.declare(hp)
+
+  def build(self, hp):
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.Adam(hp.get("dense_lr")),
+                  loss=keras.losses.BinaryCrossentropy(from_logits=True),
+                  metrics=[keras.metrics.AUC(from_logits=True, name="auc")])
+    return model
+
+  def fit(self, hp, model, *args, **kwargs):
+    self.fits += 1
+    if self.fits in self.fail_trials:
+      raise FloatingPointError("loss became nan at epoch 1 step 3")
+    return tuner.best_epoch_metrics(model.fit(*args, **kwargs).history)
+
+
+def _search(tmp_path, trials, fail_trials, epochs=3):
+  """A real KerasTuner random search on separable data."""
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(256, 4)).astype("float32")
+  noise = rng.normal(size=256)
+  y = (x[:, 0] + 0.5 * x[:, 1] + noise > 0).astype("float32")
+  space = tuner.search_space("criteo", {"embed_lr": 1e-4})
+  search = tuner.make_tuner(
+      "random", _TinyHyperModel(space, fail_trials), trials, epochs,
+      str(tmp_path / "keras_tuner"))
+  search.search(x[:192], y[:192], validation_data=(x[192:], y[192:]),
+                epochs=epochs, batch_size=64, verbose=0,
+                callbacks=[keras.callbacks.EarlyStopping(
+                    monitor=tuner.EARLY_STOPPING_MONITOR,
+                    patience=tuner.EARLY_STOPPING_PATIENCE)])
+  return search, space
+
+
+def test_trial_table_of_a_real_search(tmp_path):
+  search, space = _search(tmp_path, trials=3, fail_trials={2})
+  rows = tuner.trial_rows(search.oracle)
+  assert [r["trial_id"] for r in rows] == ["0", "1", "2"]
+  assert [r["status"] for r in rows] == ["COMPLETED", "FAILED", "COMPLETED"]
+  failed = rows[1]
+  assert failed["val_auc"] is None and failed["epochs_run"] is None
+  assert failed["error"] == ("FloatingPointError: loss became nan at epoch 1 "
+                             "step 3")
+  for row in (rows[0], rows[2]):
+    assert list(row)[:2 + len(space)] == ["trial_id", "status", *space]
+    assert row["embed_lr"] == 1e-4  # Fixed.
+    assert space["dense_lr"].contains(row["dense_lr"])
+    assert 0 <= row["val_auc"] <= 1 and math.isfinite(row["val_loss"])
+    assert 1 <= row["epochs_run"] <= 3 and row["error"] is None
+  best = search.get_best_hyperparameters()[0].values
+  assert best["dense_lr"] == max(
+      (rows[0], rows[2]), key=lambda r: r["val_auc"])["dense_lr"]
+
+  tuner.write_trials(rows, str(tmp_path / "results"))
+  assert tuner.read_trials(str(tmp_path / "results")) == rows
+  with open(tmp_path / "results" / tuner.TRIALS_CSV, newline="") as f:
+    table = list(csv.DictReader(f))
+  assert [r["status"] for r in table] == ["COMPLETED", "FAILED", "COMPLETED"]
+  assert float(table[0]["val_auc"]) == rows[0]["val_auc"]
+  assert table[1]["val_auc"] == ""
+
+
+def test_read_trials_of_a_directory_without_table(tmp_path):
+  with pytest.raises(FileNotFoundError, match="not the tuner_results of a"):
+    tuner.read_trials(str(tmp_path))
+
+
+def _outputs(tmp_path):
+  outputs = {}
+  for key, artifact_type in (
+      (standard_component_specs.BEST_HYPERPARAMETERS_KEY,
+       standard_artifacts.HyperParameters),
+      (standard_component_specs.TUNER_RESULTS_KEY,
+       standard_artifacts.TunerResults)):
+    artifact = artifact_type()
+    artifact.uri = str(tmp_path / key)
+    (tmp_path / key).mkdir()
+    outputs[key] = [artifact]
+  return outputs
+
+
+def _executor(tmp_path):
+  return tuner.TrialTableExecutor(base_executor.BaseExecutor.Context(
+      tmp_dir=str(tmp_path / "tmp"), unique_id="1"))
+
+
+def test_executor_writes_the_table_and_the_best_values(tmp_path, monkeypatch):
+  search, _ = _search(tmp_path, trials=2, fail_trials=set(), epochs=1)
+  monkeypatch.setattr(tuner.tuner_executor, "search",
+                      lambda *args, **kwargs: search)
+  outputs = _outputs(tmp_path)
+  _executor(tmp_path).Do({}, outputs, {})
+  rows = tuner.read_trials(str(tmp_path / "tuner_results"))
+  assert [r["status"] for r in rows] == ["COMPLETED", "COMPLETED"]
+  best = json.loads((tmp_path / "best_hyperparameters" /
+                     "best_hyperparameters.txt").read_text())
+  assert best["values"] == search.get_best_hyperparameters()[0].values
+
+
+def test_executor_fails_with_the_trial_errors_when_none_completed(
+    tmp_path, monkeypatch):
+  search, _ = _search(tmp_path, trials=2, fail_trials={1, 2}, epochs=1)
+  monkeypatch.setattr(tuner.tuner_executor, "search",
+                      lambda *args, **kwargs: search)
+  outputs = _outputs(tmp_path)
+  with pytest.raises(RuntimeError, match="no tuning trial completed "
+                     r"\(trial 0: FloatingPointError: loss became nan"):
+    _executor(tmp_path).Do({}, outputs, {})
+  # The table is written all the same, for the post-mortem.
+  assert len(tuner.read_trials(str(tmp_path / "tuner_results"))) == 2
+
+
+def test_model_options_take_the_tuned_sizes():
+  options = trainer.model_options({"model_options": {"cross_layers": 2}},
+                                  {"embedding_dim": 16, "dnn_units": 64,
+                                   "dnn_layers": 2, "dense_lr": 1e-3,
+                                   "tuner/epochs": 3})
+  assert options.embedding_dim == 16 and options.hidden_units == (64, 64)
+  assert options.cross_layers == 2
+  assert trainer.model_options({}, {"dense_lr": 1e-3}) == (
+      trainer.models.ModelOptions())
+
+
+@pytest.mark.parametrize("name", sorted(tuner.TUNERS))
+def test_every_tuner_builds_with_the_budget(tmp_path, name):
+  space = tuner.search_space("criteo")
+  search = tuner.make_tuner(name, _TinyHyperModel(space, set()), 4, 2,
+                            str(tmp_path))
+  assert search.oracle.max_trials == 4
+  assert search.oracle.objective.name == "val_auc"
+  assert search.oracle.objective.direction == "max"
+  with pytest.raises(ValueError, match="unknown tuner 'grid'"):
+    tuner.make_tuner("grid", _TinyHyperModel(space, set()), 4, 2,
+                     str(tmp_path))
