@@ -1,4 +1,4 @@
-"""Command line: `python -m pipeline {run,generate} ...`.
+"""Command line: `python -m pipeline COMMAND ...` (see --help).
 
 The CLI only parses arguments into a PipelineConfig and picks a runner.
 Exit status: 0 done (model pushed), 1 failed (bad input, anomalies, a

@@ -28,9 +28,13 @@ DATAFLOW = ["--beam-runner", "dataflow", "--project", "proj",
 ARGS = ["--dataset", "criteo", "--data", "gs://bucket/criteo/",
         "--pipeline-root", ROOT, "--image", IMAGE, "--gpus", "1",
         "--beam-arg=--max_num_workers=8", *DATAFLOW]
-COMPONENTS = {"RawCtrExampleGen", "StatisticsGen", "ImportSchemaGen",
+CONTAINERS = {"RawCtrExampleGen", "StatisticsGen", "ImportSchemaGen",
               "StrictExampleValidator", "Transform", "Trainer", "Evaluator",
               "Pusher"}
+# The Evaluator's baseline (the latest blessed model): KFP resolver tasks.
+RESOLVERS = {"latest_blessed_model-model-resolver",
+             "latest_blessed_model-model-blessing-resolver"}
+COMPONENTS = CONTAINERS | RESOLVERS
 BEAM_COMPONENTS = ("RawCtrExampleGen", "StatisticsGen", "Transform",
                    "Evaluator")
 
@@ -95,6 +99,7 @@ def test_every_component_is_a_task_with_its_executor(spec):
           "components.raw_example_gen.executor.Executor")
   assert (container(spec, "StrictExampleValidator")["args"][1] ==
           "components.strict_example_validator.Executor")
+  assert container(spec, "Pusher")["args"][1] == "components.pusher.Executor"
 
 
 def test_dependency_edges(spec):
@@ -123,7 +128,7 @@ def test_pusher_is_guarded_by_the_evaluator_blessing(spec):
 
 
 def test_every_task_runs_the_image(spec):
-  for name in COMPONENTS:
+  for name in CONTAINERS:
     assert container(spec, name)["image"] == IMAGE
     assert container(spec, name)["command"] == [
         "python", "-m",
@@ -135,7 +140,7 @@ def test_trainer_requests_the_gpus(spec):
   assert accelerator["type"] == config_lib.DEFAULT_ACCELERATOR
   assert int(accelerator["count"]) == 1
   assert all("resources" not in container(spec, name)
-             for name in COMPONENTS - {"Trainer"})
+             for name in CONTAINERS - {"Trainer"})
 
 
 def test_beam_components_get_the_runner_arguments(spec):
