@@ -103,6 +103,10 @@ def create_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
   ]
   slices = overall + [tfma.SlicingSpec(feature_keys=[name]) for name in
                       config.eval_slice_features + (ID_FREQUENCY,)]
+  # One spec: the Evaluator adds the baseline's as a copy when there is a
+  # baseline, so both models must have SLICING_SIGNATURE (every model this
+  # pipeline exports does). TFMA 0.47 does not slice on the candidate's
+  # transformed features alone when the baseline has none.
   return tfma.EvalConfig(
       model_specs=[tfma.ModelSpec(
           signature_name="serving_default",

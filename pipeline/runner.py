@@ -48,9 +48,11 @@ class RunOutcome:
   evaluation: Optional[str]
   model: Optional[str]
   failed_checks: Tuple[str, ...] = ()
+  ingestion: Optional[str] = None
 
   def describe(self) -> str:
     lines = [f"metadata store:   {self.metadata_path}",
+             f"ingested:         {self.ingestion}",
              f"trained model:    {self.model}",
              f"evaluation:       {self.evaluation}"]
     if self.pushed:
@@ -123,6 +125,15 @@ def read_outcome_at(metadata_path: str) -> RunOutcome:
     artifact = latest_artifact(store, type_name)
     return artifact.uri if artifact else None
 
+  ingested = [a for a in store.get_artifacts_by_type("Examples")
+              if "rows_read" in a.custom_properties]
+  ingestion = None
+  if ingested:
+    counts = max(ingested, key=lambda a: a.id).custom_properties
+    ingestion = (f"{counts['rows_read'].int_value:,} rows, "
+                 f"{counts['bad_rows'].int_value:,} bad rows dropped "
+                 f"({counts['train_rows'].int_value:,} train, "
+                 f"{counts['eval_rows'].int_value:,} eval)")
   pushed = latest_artifact(store, "PushedModel")
   evaluation = uri("ModelEvaluation")
   is_pushed = bool(pushed and pushed.custom_properties["pushed"].int_value)
@@ -134,7 +145,8 @@ def read_outcome_at(metadata_path: str) -> RunOutcome:
       evaluation=evaluation,
       model=uri("Model"),
       failed_checks=(failed_checks(evaluation)
-                     if evaluation and not is_pushed else ()))
+                     if evaluation and not is_pushed else ()),
+      ingestion=ingestion)
 
 
 def run_pipeline(config: PipelineConfig) -> RunOutcome:

@@ -13,8 +13,10 @@ import math
 import os
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
+from absl import logging
 import keras
 import numpy as np
+import psutil
 import tensorflow as tf
 import tensorflow_transform as tft
 
@@ -229,6 +231,32 @@ def build_and_compile(config: Mapping[str, Any], tuned: Mapping[str, Any],
   return model, record
 
 
+def check_training_fits(vocab_sizes: Mapping[str, int], embedding_dim: int,
+                        batch_size: int, train_examples: int,
+                        available_bytes: int) -> str:
+  """Fails before training when the batch or the tables cannot fit.
+
+  Returns a one-line summary of the table sizes for the log. The estimate
+  counts the deep (d) and wide (1) tables with Adam's two moments, float32.
+  """
+  if train_examples <= 0:
+    raise ValueError("the training split is empty: nothing to train on")
+  if batch_size > train_examples:
+    raise ValueError(f"batch size {batch_size} is larger than the "
+                     f"{train_examples} training examples: lower --batch-size "
+                     "or give more data")
+  rows = sum(vocab_sizes.values())
+  table_bytes = rows * (embedding_dim + 1) * 4 * 3
+  summary = (f"{len(vocab_sizes)} embedding tables, {rows:,} rows (each with "
+             f"{features.NUM_OOV_BUCKETS} OOV bucket), ~{table_bytes / 2**20:,.0f}"
+             " MiB with Adam state")
+  if table_bytes > available_bytes:
+    raise ValueError(f"{summary}: more than the {available_bytes / 2**20:,.0f}"
+                     " MiB of free memory; raise --min-frequency to shrink "
+                     "the vocabularies or lower --embedding-dim")
+  return summary
+
+
 def run_fn(fn_args) -> None:
   """Trains the configured CTR model with CowClip and exports it."""
   config = fn_args.custom_config
@@ -239,6 +267,10 @@ def run_fn(fn_args) -> None:
 
   train_examples = count_records(fn_args.train_files)
   steps_per_epoch = math.ceil(train_examples / batch_size)
+  logging.info("%s", check_training_fits(
+      preprocessing.vocabulary_sizes(tf_transform_output, spec),
+      model_options(config, tuned).embedding_dim, batch_size, train_examples,
+      psutil.virtual_memory().available))
   model, record = build_and_compile(config, tuned, tf_transform_output,
                                     steps_per_epoch)
 

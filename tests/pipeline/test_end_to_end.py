@@ -19,10 +19,12 @@ from tfx import v1 as tfx
 
 from pipeline import cli
 from pipeline import generate
+from pipeline import runner
 from trainer_module import features
 
 pytestmark = pytest.mark.slow
 
+BAD_ROWS = 3
 COMPONENTS = ("RawCtrExampleGen", "StatisticsGen", "ImportSchemaGen",
               "StrictExampleValidator", "Transform", "Trainer", "Evaluator",
               "Pusher")
@@ -47,6 +49,8 @@ def finished_run(request, tmp_path_factory):
   data = root / "data"
   data.mkdir()
   generate.write_synthetic(dataset, 20000, 1, str(data / "train.txt"))
+  with open(data / "train.txt", "a") as f:  # 3 bad rows: dropped, reported.
+    f.write("1\tnot\tenough\tfields\n" * BAD_ROWS)
   code = run_cli(dataset, data, root / "out")
   return dataset, data, root / "out", code
 
@@ -74,6 +78,13 @@ def test_every_component_ran_and_is_recorded(finished_run):
     states = [e.last_known_state for e in executions.get(component, [])]
     assert metadata_store_pb2.Execution.COMPLETE in states, (component,
                                                              executions)
+
+
+def test_bad_rows_are_dropped_and_reported(finished_run):
+  _, _, output, _ = finished_run
+  outcome = runner.read_outcome_at(str(output / "metadata.sqlite"))
+  assert f"20,{BAD_ROWS:03d} rows, {BAD_ROWS} bad rows dropped" in (
+      outcome.ingestion)
 
 
 def _raw_examples(dataset, data_dir):

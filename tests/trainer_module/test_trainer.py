@@ -1,6 +1,7 @@
 """trainer_module.trainer pieces that need no pipeline: bucketing, hparams."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from trainer_module import scaling
@@ -35,3 +36,16 @@ def test_training_hparams_scale_tuned_base_values():
   assert "embedding_dim" not in record["base"]
   assert record["scaled"] == scaling.scale_hparams(
       "cowclip", record["base"], 1024, 8192)
+
+
+def test_check_training_fits_reports_sizes_and_refuses_what_cannot_fit():
+  sizes = {"C1": 1001, "C2": 11}
+  summary = trainer.check_training_fits(sizes, 10, 512, 10_000, 2**30)
+  assert "2 embedding tables, 1,012 rows" in summary
+  with pytest.raises(ValueError, match="batch size 8192 is larger than the "
+                     "1000 training examples"):
+    trainer.check_training_fits(sizes, 10, 8192, 1000, 2**30)
+  with pytest.raises(ValueError, match="raise --min-frequency"):
+    trainer.check_training_fits({"C1": 10**9}, 10, 512, 10_000, 2**30)
+  with pytest.raises(ValueError, match="training split is empty"):
+    trainer.check_training_fits(sizes, 10, 512, 0, 2**30)
