@@ -19,7 +19,9 @@ transformed dataset and evaluates it on the one eval split:
   AUC. Only the gate's change thresholds are dropped: there is no baseline.
 
 Every finished run is appended to DIR/study.csv at once; a restart with the
-same DIR skips the runs already there. DIR/study.md (tables) and PNG figures
+same DIR skips the runs already there. A run is known by model, rule,
+clipping, batch size and seed only, so other base hyperparameters, epochs or
+model options need a new DIR. DIR/study.md (tables) and PNG figures
 are rewritten from the whole CSV after every run.
 """
 
@@ -274,6 +276,7 @@ class StudySetup:
   tf_transform_output: tft.TFTransformOutput
   train_files: Tuple[str, ...]
   train_examples: int
+  click_rate: float
 
 
 def run_config(config: PipelineConfig, run: StudyRun) -> PipelineConfig:
@@ -291,7 +294,8 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
   steps_per_epoch = math.ceil(setup.train_examples / run.batch_size)
   keras.utils.set_random_seed(run.seed)
   model, record = trainer.build_and_compile(
-      config.trainer_config, {}, setup.tf_transform_output, steps_per_epoch)
+      config.trainer_config, {}, setup.tf_transform_output, steps_per_epoch,
+      setup.click_rate)
   hparams = record["scaled"]
   row = {"run": run.key, "model": run.model, "rule": run.rule,
          "cowclip": run.cowclip, "batch_size": run.batch_size,
@@ -551,11 +555,13 @@ def run_study(config: PipelineConfig, runs: Sequence[StudyRun],
         f"{csv_path}", flush=True)
   inputs = transform_once(config)
   train_files = split_files(inputs.transformed_examples, "train")
+  train_examples, click_rate = trainer.label_stats(train_files,
+                                                   config.spec.label)
   setup = StudySetup(
       config=config, inputs=inputs,
       tf_transform_output=tft.TFTransformOutput(inputs.transform_graph),
-      train_files=tuple(train_files),
-      train_examples=trainer.count_records(train_files))
+      train_files=tuple(train_files), train_examples=train_examples,
+      click_rate=click_rate)
   for i, run in enumerate(todo, start=1):
     print(f"study: run {i}/{len(todo)}: {run.key}", flush=True)
     row = train_and_evaluate(run, setup)

@@ -276,12 +276,13 @@ class CtrHyperModel(keras_tuner.HyperModel):
   def __init__(self, custom_config: Mapping[str, Any],
                space: Mapping[str, Dimension],
                tf_transform_output: tft.TFTransformOutput,
-               steps_per_epoch: int):
+               steps_per_epoch: int, click_rate: float):
     super().__init__(name=custom_config["model"])
     self._config = custom_config
     self._space = space
     self._tf_transform_output = tf_transform_output
     self._steps_per_epoch = steps_per_epoch
+    self._click_rate = click_rate
 
   def declare_hyperparameters(self, hp: keras_tuner.HyperParameters) -> None:
     for dimension in self._space.values():
@@ -290,7 +291,7 @@ class CtrHyperModel(keras_tuner.HyperModel):
   def build(self, hp: keras_tuner.HyperParameters) -> keras.Model:
     model, _ = trainer.build_and_compile(
         self._config, hp.values, self._tf_transform_output,
-        self._steps_per_epoch)
+        self._steps_per_epoch, self._click_rate)
     return model
 
   def fit(self, hp, model, *args, **kwargs) -> Dict[str, float]:
@@ -335,10 +336,11 @@ def tuner_fn(fn_args) -> tfx.components.TunerFnResult:
                        model_options=config.get("model_options"))
   tf_transform_output = tft.TFTransformOutput(fn_args.transform_graph_path)
   batch_size = config["batch_size"]
-  steps_per_epoch = math.ceil(
-      trainer.count_records(fn_args.train_files) / batch_size)
+  train_examples, click_rate = trainer.label_stats(fn_args.train_files,
+                                                   spec.label)
+  steps_per_epoch = math.ceil(train_examples / batch_size)
   hypermodel = CtrHyperModel(config, space, tf_transform_output,
-                             steps_per_epoch)
+                             steps_per_epoch, click_rate)
   tuner = make_tuner(settings["tuner"], hypermodel, settings["trials"],
                      config["epochs"],
                      os.path.join(fn_args.working_dir, "keras_tuner"))

@@ -49,3 +49,15 @@ def test_check_training_fits_reports_sizes_and_refuses_what_cannot_fit():
     trainer.check_training_fits({"C1": 10**9}, 10, 512, 10_000, 2**30)
   with pytest.raises(ValueError, match="training split is empty"):
     trainer.check_training_fits(sizes, 10, 512, 0, 2**30)
+
+
+def test_label_stats_counts_examples_and_clicks(tmp_path):
+  path = str(tmp_path / "part-0.gz")
+  with tf.io.TFRecordWriter(path, options="GZIP") as writer:
+    for label in [1.0, 0.0, 0.0, 1.0, 0.0]:
+      writer.write(tf.train.Example(features=tf.train.Features(feature={
+          "click": tf.train.Feature(float_list=tf.train.FloatList(
+              value=[label]))})).SerializeToString())
+  assert trainer.label_stats([str(tmp_path / "*.gz")], "click") == (5, 0.4)
+  with pytest.raises(FileNotFoundError, match="no transformed examples"):
+    trainer.label_stats([str(tmp_path / "none-*")], "click")
