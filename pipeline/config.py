@@ -6,6 +6,7 @@ turns it into TFX components. Defaults that depend on the dataset come from
 """
 
 import dataclasses
+import hashlib
 import os
 from typing import Any, Dict, Mapping, Optional, Tuple
 
@@ -50,6 +51,23 @@ DEFAULT_MIN_SLICE_SIZE = 100
 # mean over its fields, or the count in one field) below the first threshold
 # is "rare", below the second "medium", else "frequent".
 DEFAULT_FREQUENCY_THRESHOLDS = (100, 10000)
+
+
+def code_fingerprint() -> str:
+  """A hash of trainer_module's sources.
+
+  TFX caches a component by its inputs and properties, not by the code
+  behind a dotted-path preprocessing_fn/run_fn, so without this a changed
+  model or preprocessing would silently reuse the old cached Transform and
+  Trainer. It goes into their custom_configs.
+  """
+  digest = hashlib.sha256()
+  root = os.path.join(REPO_ROOT, "trainer_module")
+  for name in sorted(os.listdir(root)):
+    if name.endswith(".py"):
+      with open(os.path.join(root, name), "rb") as f:
+        digest.update(name.encode() + b"\0" + f.read())
+  return digest.hexdigest()[:16]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -248,6 +266,7 @@ class PipelineConfig:
   def transform_config(self) -> Dict[str, object]:
     """custom_config of the Transform component (JSON-serialisable)."""
     return {"dataset": self.dataset,
+            "code": code_fingerprint(),
             "min_frequency": (self.spec.min_frequency
                               if self.min_frequency is None
                               else self.min_frequency)}
@@ -261,6 +280,7 @@ class PipelineConfig:
   def trainer_config(self) -> Dict[str, object]:
     """custom_config of the Trainer: recorded in ML Metadata with the run."""
     return {"dataset": self.dataset,
+            "code": code_fingerprint(),
             "model": self.model,
             "batch_size": self.batch_size,
             "epochs": self.epochs,
