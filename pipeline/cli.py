@@ -44,19 +44,24 @@ MODEL_OPTION_FLAGS = ("embedding_dim", "hidden_units", "cross_layers",
                       "dcnv2_low_rank")
 
 
-def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
+def add_input_arguments(parser: argparse.ArgumentParser,
+                        output_help: str) -> None:
+  """--dataset, --data and --output, shared by every pipeline command."""
   from trainer_module import features
+  parser.add_argument("--dataset", required=True,
+                      choices=sorted(features.DATASETS))
+  parser.add_argument("--data", required=True,
+                      help="raw file, or directory of raw files")
+  parser.add_argument("--output", required=True, help=output_help)
+
+
+def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
   from trainer_module import models
   from trainer_module import scaling
   from trainer_module import cowclip
   from trainer_module import training
   from pipeline import config as config_lib
-  parser.add_argument("--dataset", required=True,
-                      choices=sorted(features.DATASETS))
-  parser.add_argument("--data", required=True,
-                      help="raw file, or directory of raw files")
-  parser.add_argument("--output", required=True,
-                      help="DIR for the pipeline root, metadata.sqlite and "
+  add_input_arguments(parser, "DIR for the pipeline root, metadata.sqlite and "
                       "serving/<version>/ (re-use it to reuse cached results)")
   parser.add_argument("--model", default="deepfm", choices=models.MODELS)
   parser.add_argument("--batch-size", type=int, default=1024)

@@ -52,7 +52,6 @@ from pipeline import runner
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_eval_config
 from pipeline.pipeline import create_pipeline
-from trainer_module import features
 from trainer_module import models
 from trainer_module import scaling
 from trainer_module import trainer
@@ -587,13 +586,8 @@ def write_report(rows: Sequence[Mapping[str, object]], output: str,
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
   """The `study` subcommand's flags."""
-  parser.add_argument("--dataset", required=True,
-                      choices=sorted(features.DATASETS))
-  parser.add_argument("--data", required=True,
-                      help="raw file, or directory of raw files")
-  parser.add_argument("--output", required=True,
-                      help="DIR for the pipeline, study.csv/md and figures "
-                      "(re-use it to resume)")
+  cli.add_input_arguments(parser, "DIR for the pipeline, study.csv/md and "
+                          "figures (re-use it to resume)")
   parser.add_argument("--batch-sizes", type=benchmark.parse_int_list,
                       default=list(DEFAULT_BATCH_SIZES))
   parser.add_argument("--rules", type=_parse_rules,
