@@ -8,7 +8,7 @@ turns it into TFX components. Defaults that depend on the dataset come from
 import dataclasses
 import hashlib
 import os
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 from trainer_module import features
 
@@ -53,8 +53,14 @@ DEFAULT_MIN_SLICE_SIZE = 100
 DEFAULT_FREQUENCY_THRESHOLDS = (100, 10000)
 
 
-def code_fingerprint() -> str:
-  """A hash of trainer_module's sources.
+# The trainer_module sources the Transform graph depends on: the
+# preprocessing_fn and the field lists it reads. Changes to the model or the
+# training step must rerun the Trainer, not the (much slower) Transform.
+TRANSFORM_SOURCES = ("features.py", "preprocessing.py")
+
+
+def code_fingerprint(names: Optional[Sequence[str]] = None) -> str:
+  """A hash of trainer_module's sources (all, or the files ``names``).
 
   TFX caches a component by its inputs and properties, not by the code
   behind a dotted-path preprocessing_fn/run_fn, so without this a changed
@@ -63,10 +69,11 @@ def code_fingerprint() -> str:
   """
   digest = hashlib.sha256()
   root = os.path.join(REPO_ROOT, "trainer_module")
-  for name in sorted(os.listdir(root)):
-    if name.endswith(".py"):
-      with open(os.path.join(root, name), "rb") as f:
-        digest.update(name.encode() + b"\0" + f.read())
+  if names is None:
+    names = [n for n in os.listdir(root) if n.endswith(".py")]
+  for name in sorted(names):
+    with open(os.path.join(root, name), "rb") as f:
+      digest.update(name.encode() + b"\0" + f.read())
   return digest.hexdigest()[:16]
 
 
@@ -266,7 +273,7 @@ class PipelineConfig:
   def transform_config(self) -> Dict[str, object]:
     """custom_config of the Transform component (JSON-serialisable)."""
     return {"dataset": self.dataset,
-            "code": code_fingerprint(),
+            "code": code_fingerprint(TRANSFORM_SOURCES),
             "min_frequency": (self.spec.min_frequency
                               if self.min_frequency is None
                               else self.min_frequency)}

@@ -750,6 +750,13 @@ def _training_sections(run: RunSummary, report_dir: str) -> List[str]:
         [epoch + 1] + [f"{history[k][epoch]:.4g}"
                        if epoch < len(history[k]) else "-" for k in keys]
         for epoch in range(epochs)]))
+    clipped = history.get("clipped_fraction")
+    if clipped:
+      parts.append(_paragraph(
+          f"CowClip clipped {100 * clipped[-1]:.2f}% of the embedding-row "
+          "updates in the last epoch (a row per id of the batch and field). "
+          "Near 0: the clip did not act at this batch size, and the scaling "
+          "rule alone set the embedding updates."))
   parts.append("<h2>Hyperparameters used</h2>")
   parts.append(_table(["setting", "value"], [
       [key, record.get(key, "-")] for key in (

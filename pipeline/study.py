@@ -19,7 +19,9 @@ transformed dataset and evaluates it on the one eval split:
   AUC. Only the gate's change thresholds are dropped: there is no baseline.
 
 Every finished run is appended to DIR/study.csv at once; a restart with the
-same DIR skips the runs already there. A run is known by model, rule,
+same DIR skips the runs already there. A run that would train exactly like
+one already done (at the base batch size most rules leave every
+hyperparameter as it is) reuses that run's row instead of training again. A run is known by model, rule,
 clipping, batch size and seed only, so other base hyperparameters, epochs or
 model options need a new DIR. DIR/study.md (tables) and PNG figures
 are rewritten from the whole CSV after every run.
@@ -32,7 +34,7 @@ import math
 import os
 import statistics
 import time
-from typing import Dict, Iterable, List, Mapping, Sequence, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from apache_beam.options.pipeline_options import PipelineOptions
 import keras
@@ -65,7 +67,8 @@ COLUMNS = (
     ("run", "model", "rule", "cowclip", "batch_size", "seed", "epochs",
      "embedding_update", "dense_lr", "embed_lr", "l2", "train_examples",
      "eval_examples", "steps", "train_seconds", "epoch_seconds",
-     "examples_per_second", "diverged", "final_train_loss", "auc", "logloss",
+     "examples_per_second", "diverged", "final_train_loss", "clipped_fraction",
+     "auc", "logloss",
      "mean_prediction", "mean_label", "calibration") +
     tuple(f"{kind}_{b}" for b in BUCKETS for kind in ("auc", "examples")))
 _TEXT_COLUMNS = ("run", "model", "rule", "embedding_update")
@@ -318,9 +321,11 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
   rates = history.history.get("examples_per_second")
   rate = statistics.mean(rates) if rates else (
       setup.train_examples * config.epochs / seconds)
+  clipped = history.history.get("clipped_fraction")
   row.update(train_seconds=seconds, examples_per_second=rate,
              epoch_seconds=setup.train_examples / rate, diverged=False,
-             final_train_loss=float(history.history["loss"][-1]))
+             final_train_loss=float(history.history["loss"][-1]),
+             clipped_fraction=statistics.mean(clipped) if clipped else "")
 
   run_dir = os.path.join(config.output, "runs", run.key)
   serving_dir = os.path.join(run_dir, "serving")
@@ -433,6 +438,8 @@ def markdown_report(rows: Sequence[Mapping[str, object]],
     for title, column, digits in (
         ("Eval AUC", "auc", 4), ("Eval log loss", "logloss", 4),
         ("Calibration (mean prediction / mean label)", "calibration", 3),
+        ("Share of embedding-row updates CowClip clipped (mean over "
+         "epochs)", "clipped_fraction", 4),
         ("Training examples/second", "examples_per_second", 0),
         ("Seconds per epoch (compile excluded)", "epoch_seconds", 1),
         ("Training wall seconds (compile included)", "train_seconds", 1)):
@@ -532,6 +539,34 @@ def write_figures(rows: Sequence[Mapping[str, object]], output: str
 # -------------------------------------------------------------------- main --
 
 
+def _training_signature(row: Mapping[str, object]) -> Tuple:
+  return tuple(row[k] for k in ("model", "batch_size", "seed", "cowclip",
+                                "epochs", "embedding_update", "dense_lr",
+                                "embed_lr", "l2"))
+
+
+def same_training(config: PipelineConfig, run: StudyRun,
+                  rows: Sequence[Mapping[str, object]]
+                 ) -> Optional[Dict[str, object]]:
+  """A finished row that trained exactly as ``run`` would, relabelled as
+  ``run``; None if there is none.
+
+  Same model, batch, seed, clipping, epochs, update and scaled
+  hyperparameters (r, zeta and warmup never depend on the rule) give the
+  same model: at the base batch size every rule but cowclip is `none`.
+  """
+  hparams = scaling.scale_hparams(run.rule, config.base_hparams,
+                                  config.spec.base_batch_size, run.batch_size)
+  wanted = _training_signature({
+      "model": run.model, "batch_size": run.batch_size, "seed": run.seed,
+      "cowclip": run.cowclip, "epochs": config.epochs,
+      "embedding_update": config.embedding_update, **hparams})
+  for row in rows:
+    if _training_signature(row) == wanted:
+      return {**row, "run": run.key, "rule": run.rule}
+  return None
+
+
 def run_study(config: PipelineConfig, runs: Sequence[StudyRun],
               header: Sequence[str] = ()) -> List[Dict[str, object]]:
   """Transform once, train/evaluate the runs not yet in study.csv, report.
@@ -562,8 +597,13 @@ def run_study(config: PipelineConfig, runs: Sequence[StudyRun],
       train_files=tuple(train_files), train_examples=train_examples,
       click_rate=click_rate)
   for i, run in enumerate(todo, start=1):
-    print(f"study: run {i}/{len(todo)}: {run.key}", flush=True)
-    row = train_and_evaluate(run, setup)
+    row = same_training(config, run, read_rows(csv_path))
+    if row is None:
+      print(f"study: run {i}/{len(todo)}: {run.key}", flush=True)
+      row = train_and_evaluate(run, setup)
+    else:
+      print(f"study: run {i}/{len(todo)}: {run.key} trains exactly as a "
+            "finished run: its results are reused", flush=True)
     append_row(csv_path, row)
     print(f"study: {run.key}: auc {row.get('auc', math.nan):.4f} "
           f"logloss {row.get('logloss', math.nan):.4f} "

@@ -46,13 +46,25 @@ the dense path is the fully static alternative.
 """
 
 import math
-from typing import Union
+from typing import NamedTuple, Union
 
 import tensorflow as tf
 
 VARIANTS = ("paper", "reference")
 
 Gradient = Union[tf.Tensor, tf.IndexedSlices]
+
+
+class ClipResult(NamedTuple):
+  """A clipped gradient and how many of the batch's ids it clipped.
+
+  ``clipped / batch_ids`` over training is the share of id updates CowClip
+  changed: whether the clip acts at all on a dataset, at a batch size, is
+  the first thing to know when judging it.
+  """
+  gradient: Gradient
+  clipped: tf.Tensor  # distinct ids of the batch whose row was clipped
+  batch_ids: tf.Tensor  # distinct ids of the batch (rows with cnt > 0)
 
 
 def id_counts(ids: tf.Tensor, vocab_size: Union[int, tf.Tensor],
@@ -80,6 +92,16 @@ def clip_embedding_gradient(gradient: Gradient, embeddings, ids: tf.Tensor,
                             variant: str = "paper") -> Gradient:
   """Applies CowClip to one embedding table's gradient (see module doc).
 
+  The gradient of clip_and_count; the arguments and the result are
+  described there.
+  """
+  return clip_and_count(gradient, embeddings, ids, r, zeta, variant).gradient
+
+
+def clip_and_count(gradient: Gradient, embeddings, ids: tf.Tensor, r: float,
+                   zeta: float, variant: str = "paper") -> ClipResult:
+  """Applies CowClip to one embedding table's gradient, counting the clips.
+
   Args:
     gradient: the gradient of ``embeddings``, either a dense [V, d] tensor or
       a tf.IndexedSlices (as tf.GradientTape returns for embedding lookups;
@@ -91,7 +113,8 @@ def clip_embedding_gradient(gradient: Gradient, embeddings, ids: tf.Tensor,
     variant: "paper" or "reference".
 
   Returns:
-    The clipped gradient, of the same kind as ``gradient``:
+    A ClipResult (int32 counts) whose gradient is of the same kind as
+    ``gradient``:
       * dense in -> dense [V, d] out; rows of absent ids unchanged;
       * tf.IndexedSlices in -> deduplicated tf.IndexedSlices out: one slice
         per distinct input index (tf.unique order), holding the clipped SUM
@@ -140,13 +163,15 @@ def clip_embedding_gradient(gradient: Gradient, embeddings, ids: tf.Tensor,
   thresholds = _thresholds(counts, tf.cast(weight_norms, rows.dtype), r, zeta,
                            dim, variant)
   grad_norms = tf.norm(rows, axis=-1)
-  clipped = (counts > 0) & (grad_norms > thresholds)
+  in_batch = counts > 0
+  clipped = in_batch & (grad_norms > thresholds)
   factors = tf.where(clipped, tf.math.divide_no_nan(thresholds, grad_norms),
                      tf.ones_like(grad_norms))
   rows = rows * factors[:, tf.newaxis]
   if isinstance(gradient, tf.IndexedSlices):
-    return tf.IndexedSlices(rows, unique_ids, gradient.dense_shape)
-  return rows
+    rows = tf.IndexedSlices(rows, unique_ids, gradient.dense_shape)
+  return ClipResult(rows, tf.math.count_nonzero(clipped, dtype=tf.int32),
+                    tf.math.count_nonzero(in_batch, dtype=tf.int32))
 
 
 def _thresholds(counts: tf.Tensor, weight_norms: tf.Tensor, r: float,

@@ -25,7 +25,10 @@ CowClip paper and its reference implementation (bytedance/LargeBatchCTR) do:
   field's ids of the batch. Wide tables and dense weights are not clipped.
 * Tracked metrics: ``loss`` (the objective above), ``logloss`` (its BCE part,
   the CTR metric) and ``auc``, the same in train_step and test_step. (A
-  custom Keras 3 train_step has to track its loss itself.)
+  custom Keras 3 train_step has to track its loss itself.) With CowClip on,
+  training also logs ``clipped_fraction``: of the (field, id) rows updated
+  in the epoch, the share whose gradient CowClip scaled down. Near 0 means
+  the clip does not act at this batch size and these hyperparameters.
 * A non-finite loss raises NonFiniteLossError during fit (a guard callback
   CTRModel.fit always adds), rather than exporting a broken model.
 
@@ -277,13 +280,15 @@ class CowClipTrainer:
     self.loss_tracker = keras.metrics.Mean(name="loss")
     self.logloss_tracker = keras.metrics.Mean(name="logloss")
     self.auc = keras.metrics.AUC(from_logits=True, name="auc")
+    self.clipped_tracker = keras.metrics.Mean(name="clipped_fraction")
     self.training_config = None
     self.embedding_optimizer = None
 
   @property
   def metrics(self):
-    # Only these, so Keras resets them each epoch and the logs hold them.
-    return [self.loss_tracker, self.logloss_tracker, self.auc]
+    # Only these, so Keras resets them each epoch.
+    return [self.loss_tracker, self.logloss_tracker, self.auc,
+            self.clipped_tracker]
 
   def split_variables(self) -> Tuple[List[keras.Variable],
                                      List[keras.Variable]]:
@@ -337,11 +342,13 @@ class CowClipTrainer:
     return config.l2 * tf.add_n(squares)
 
   def _update_metrics(self, labels, logits, logloss, loss):
+    """Updates loss, logloss and auc; returns them for the logs."""
     batch = tf.shape(labels)[0]
     self.loss_tracker.update_state(loss, sample_weight=batch)
     self.logloss_tracker.update_state(logloss, sample_weight=batch)
     self.auc.update_state(labels, logits)
-    return {m.name: m.result() for m in self.metrics}
+    return {m.name: m.result()
+            for m in (self.loss_tracker, self.logloss_tracker, self.auc)}
 
   def train_step(self, data):
     config = self._config()
@@ -357,13 +364,24 @@ class CowClipTrainer:
       # Already dense (the L2 term covers whole tables); make sure of it.
       table_gradients = [tf.convert_to_tensor(g) for g in table_gradients]
     if config.cowclip:
+      clipped, batch_ids = [], []
       for i, (field, deep, _) in enumerate(self.embedding_tables()):
-        table_gradients[2 * i] = cowclip.clip_embedding_gradient(
+        result = cowclip.clip_and_count(
             table_gradients[2 * i], deep, self.field_ids(features, field),
             config.r, config.zeta, config.cowclip_variant)
+        table_gradients[2 * i] = result.gradient
+        clipped.append(result.clipped)
+        batch_ids.append(result.batch_ids)
+      batch_ids = tf.cast(tf.add_n(batch_ids), tf.float32)
+      self.clipped_tracker.update_state(
+          tf.cast(tf.add_n(clipped), tf.float32) / batch_ids,
+          sample_weight=batch_ids)
     self.embedding_optimizer.apply(table_gradients, tables)
     self.optimizer.apply(gradients[len(tables):], dense)
-    return self._update_metrics(labels, logits, logloss, loss)
+    logs = self._update_metrics(labels, logits, logloss, loss)
+    if config.cowclip:
+      logs["clipped_fraction"] = self.clipped_tracker.result()
+    return logs
 
   def test_step(self, data):
     config = self._config()

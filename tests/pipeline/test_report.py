@@ -30,7 +30,8 @@ from trainer_module import tuner as tuner_lib
 EXAMPLES = 600
 HISTORY = {"loss": [0.61, 0.52], "val_loss": [0.58, 0.55],
            "auc": [0.66, 0.74], "val_auc": [0.65, 0.71],
-           "examples_per_second": [1200.0, 1500.0]}
+           "examples_per_second": [1200.0, 1500.0],
+           "clipped_fraction": [0.031, 0.0042]}
 
 # (artifact type, uri, custom properties)
 Output = Tuple[str, str, Mapping[str, Any]]
@@ -247,6 +248,7 @@ def test_report_shows_candidate_baseline_and_diff_from_tfma(runs):
   assert candidate["auc"] != baseline["auc"]  # Else the check proves little.
   assert "pushed to " + uris["serving"] in page
   assert "Components of pipeline run" in page and "Evaluator" in page
+  assert "CowClip clipped 0.42% of the embedding-row updates" in page
   for feature in _config(output_dir).eval_slice_features:
     assert f"<h3>{feature}</h3>" in page
   for bucket in trainer.FREQUENCY_BUCKETS:

@@ -83,6 +83,37 @@ def _row(rule, batch, seed, auc, diverged=False, cowclip=None):
   return row
 
 
+def test_a_run_that_trains_like_a_finished_one_reuses_its_row(tmp_path):
+  config = PipelineConfig(dataset="criteo", data="d", output=str(tmp_path),
+                          epochs=2)
+  base = config.spec.base_batch_size
+  rows = []
+  for rule, batch in (("none", base), ("cowclip", base), ("none", 4 * base)):
+    row = _row(rule, batch, 1, 0.7)
+    hparams = study.scaling.scale_hparams(rule, config.base_hparams, base,
+                                          batch)
+    row.update(epochs=2, **{k: hparams[k] for k in ("dense_lr", "embed_lr",
+                                                    "l2")})
+    study.append_row(str(tmp_path / "study.csv"), row)
+  rows = study.read_rows(str(tmp_path / "study.csv"))
+
+  sqrt_base = study.StudyRun("deepfm", "sqrt", base, 1, False)
+  reused = study.same_training(config, sqrt_base, rows)
+  assert reused["run"] == sqrt_base.key and reused["rule"] == "sqrt"
+  assert reused["auc"] == 0.7 and not reused["cowclip"]
+  # The ablation at the base batch is `none` too.
+  assert study.same_training(
+      config, study.StudyRun("deepfm", "cowclip", base, 1, False), rows)
+  # Scaled hyperparameters, seed or clipping differ: train.
+  for run in (study.StudyRun("deepfm", "sqrt", 4 * base, 1, False),
+              study.StudyRun("deepfm", "none", base, 2, False),
+              study.StudyRun("deepfm", "cowclip", 4 * base, 1, True)):
+    assert study.same_training(config, run, rows) is None, run.key
+  assert study.same_training(
+      PipelineConfig(dataset="criteo", data="d", output="o", epochs=1),
+      sqrt_base, rows) is None
+
+
 def test_csv_round_trip_and_bad_values(tmp_path):
   path = str(tmp_path / "study.csv")
   assert study.read_rows(path) == []

@@ -123,6 +123,35 @@ def test_slices_match_reference(mode, variant, shape, dtype):
   np.testing.assert_array_equal(absent, values[-1])
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("kind", ["dense", "slices"])
+def test_counts_the_batch_ids_and_the_clipped_ones(mode, kind):
+  rng = np.random.default_rng(3)
+  table = make_table(rng)
+  if kind == "dense":
+    grad = make_dense_grad(rng)
+    parts = (tf.constant(grad),)
+  else:  # Indices as an argument: XLA needs them from the batch (see doc).
+    values, indices = make_slices(rng)
+    grad = densify(values, indices).astype(np.float32)
+    parts = (tf.constant(values), tf.constant(indices))
+  want = reference_clip(grad, table, IDS, R, ZETA, "paper")
+  present = np.unique(IDS)
+  want_clipped = int(np.sum(~np.isclose(want[present], grad[present],
+                                        rtol=1e-6).all(axis=1)))
+  assert 0 < want_clipped < len(present), "case must mix both"
+
+  def clip(ids, *parts):
+    gradient = (parts[0] if len(parts) == 1 else
+                tf.IndexedSlices(*parts, tf.constant([VOCAB, DIM])))
+    result = cowclip.clip_and_count(gradient, tf.constant(table), ids, R,
+                                    ZETA)
+    return result.clipped, result.batch_ids
+
+  clipped, batch = run(mode, clip, batch_ids((16,), tf.int64), *parts)
+  assert (int(clipped), int(batch)) == (want_clipped, len(present))
+
+
 @pytest.mark.parametrize("variant", cowclip.VARIANTS)
 def test_slices_equal_dense_path(variant):
   rng = np.random.default_rng(2)

@@ -124,9 +124,10 @@ def test_dense_step_applies_clipped_embedding_gradients_only(jit_compile):
   features, labels = _batch(0)
   before = {v.path: _np(v) for v in model.trainable_variables}
   gradients = _log_loss_gradients(model, features, labels)
-  model.train_on_batch(features, labels)
+  logs = model.train_on_batch(features, labels, return_dict=True)
 
   clipped_some = False
+  clipped_ids, batch_ids = 0, 0
   for field, deep, wide in model.embedding_tables():
     for table, clip in ((deep, True), (wide, False)):
       # L2 convention: l2 * sum(W^2) over the whole table, so + 2 l2 W.
@@ -137,6 +138,10 @@ def test_dense_step_applies_clipped_embedding_gradients_only(jit_compile):
             tf.constant(raw), tf.constant(before[table.path]),
             features[field], CONFIG.r, CONFIG.zeta))
         clipped_some |= not np.allclose(expected, raw, rtol=1e-3)
+        present = np.unique(features[field])
+        batch_ids += len(present)
+        clipped_ids += np.sum(~np.isclose(expected[present], raw[present],
+                                          rtol=1e-6).all(axis=1))
       np.testing.assert_allclose(
           _slot(model.embedding_optimizer, table, "momentum"),
           (1 - BETA_1) * expected, rtol=1e-4, atol=1e-9)
@@ -145,6 +150,7 @@ def test_dense_step_applies_clipped_embedding_gradients_only(jit_compile):
           _first_adam_step(before[table.path], expected, CONFIG.embed_lr),
           rtol=1e-4, atol=1e-7)
   assert clipped_some, "test data should trigger CowClip"
+  assert logs["clipped_fraction"] == pytest.approx(clipped_ids / batch_ids)
 
   _, dense = model.split_variables()
   dense_lr = CONFIG.dense_lr / CONFIG.warmup_steps
@@ -163,7 +169,8 @@ def test_cowclip_off_leaves_embedding_gradients_unclipped():
   deep = model.embedding_tables()[0][1]
   before = _np(deep)
   gradient = _log_loss_gradients(model, features, labels)[deep.path]
-  model.train_on_batch(features, labels)
+  logs = model.train_on_batch(features, labels, return_dict=True)
+  assert "clipped_fraction" not in logs
   np.testing.assert_allclose(
       _slot(model.embedding_optimizer, deep, "momentum"),
       (1 - BETA_1) * (gradient + 2 * CONFIG.l2 * before), rtol=1e-4,
@@ -244,7 +251,11 @@ def test_dense_and_sparse_updates_both_train(update):
   before = model.evaluate(data, verbose=0, return_dict=True)
   history = model.fit(data, epochs=6, verbose=0)
   after = model.evaluate(data, verbose=0, return_dict=True)
-  assert set(history.history) == {"loss", "logloss", "auc"}
+  assert set(history.history) == {"loss", "logloss", "auc",
+                                  "clipped_fraction"}
+  assert 0 <= min(history.history["clipped_fraction"])
+  assert max(history.history["clipped_fraction"]) <= 1
+  assert set(after) == {"loss", "logloss", "auc"}
   assert after["logloss"] < before["logloss"] - 0.1
   assert after["loss"] > after["logloss"]  # The L2 term is in the loss.
 
