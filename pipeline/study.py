@@ -374,13 +374,15 @@ def read_rows(path: str) -> List[Dict[str, object]]:
 
 
 def append_row(path: str, row: Mapping[str, object]) -> None:
-  """Appends one run (header first if the file is new) and flushes it."""
+  """Appends one run (header first if the file is new; NaN as empty, as
+  read_rows reads it) and flushes it."""
   new = not os.path.exists(path)
   with open(path, "a", newline="") as f:
     writer = csv.DictWriter(f, fieldnames=COLUMNS, restval="")
     if new:
       writer.writeheader()
-    writer.writerow(row)
+    writer.writerow({k: "" if isinstance(v, float) and math.isnan(v) else v
+                     for k, v in row.items()})
 
 
 # ------------------------------------------------------------------ report --

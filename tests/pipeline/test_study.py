@@ -161,21 +161,33 @@ def test_study_command_trains_every_run_and_resumes(tmp_path, capsys):
   generate.write_synthetic("criteo", 3000, 1, str(data / "train.txt"))
   out = tmp_path / "study"
   argv = ["study", "--dataset", "criteo", "--data", str(data), "--output",
-          str(out), "--batch-sizes", "256,1024", "--rules", "none,cowclip",
+          str(out), "--batch-sizes", "256,1024", "--rules", "none,sqrt,cowclip",
           "--seeds", "7", "--epochs", "1", "--hidden-units", "16",
           "--min-frequency", "3", "--embed-lr", "1e-3"]
   assert cli.main(argv) == 0
+  # At the base batch (1024) sqrt trains exactly as none: reused, not rerun.
+  assert ("run 4/6: deepfm-sqrt-noclip-b1024-s7 trains exactly as a "
+          "finished run" in capsys.readouterr().out)
   with open(out / "study.csv", newline="") as f:
     rows = list(csv.DictReader(f))
   assert sorted(r["run"] for r in rows) == sorted(
-      r.key for r in study.study_runs(["deepfm"], ["none", "cowclip"],
+      r.key for r in study.study_runs(["deepfm"], ["none", "sqrt", "cowclip"],
                                       [256, 1024], [7]))
+  by_run = {r["run"]: r for r in rows}
+  assert (by_run["deepfm-sqrt-noclip-b1024-s7"]["auc"] ==
+          by_run["deepfm-none-noclip-b1024-s7"]["auc"])
+  assert (by_run["deepfm-sqrt-noclip-b256-s7"]["auc"] !=
+          by_run["deepfm-none-noclip-b256-s7"]["auc"])
+  for key in ("deepfm-cowclip-clip-b256-s7", "deepfm-cowclip-clip-b1024-s7"):
+    assert 0 <= float(by_run[key]["clipped_fraction"]) <= 1
+  assert by_run["deepfm-none-noclip-b256-s7"]["clipped_fraction"] == ""
   for row in rows:
     assert row["diverged"] == "False"
     assert 0.0 < float(row["auc"]) <= 1.0
     assert float(row["logloss"]) > 0 and float(row["examples_per_second"]) > 0
     assert float(row["eval_examples"]) > 0
-    assert float(row["embed_lr"]) == 1e-3
+    sqrt_of_quarter = row["run"] == "deepfm-sqrt-noclip-b256-s7"
+    assert float(row["embed_lr"]) == 1e-3 * (0.5 if sqrt_of_quarter else 1)
   report = (out / "study.md").read_text()
   assert "## deepfm: Eval AUC" in report and "| cowclip |" in report
   for name in ("auc_vs_batch.png", "epoch_time_vs_batch.png",
@@ -185,5 +197,5 @@ def test_study_command_trains_every_run_and_resumes(tmp_path, capsys):
   capsys.readouterr()
   before = (out / "study.csv").read_text()
   assert cli.main(argv) == 0
-  assert "4 of 4 runs already" in capsys.readouterr().out
+  assert "6 of 6 runs already" in capsys.readouterr().out
   assert (out / "study.csv").read_text() == before
