@@ -21,9 +21,9 @@ transformed dataset and evaluates it on the one eval split:
 Every finished run is appended to DIR/study.csv at once; a restart with the
 same DIR skips the runs already there. A run that would train exactly like
 one already done (at the base batch size most rules leave every
-hyperparameter as it is) reuses that run's row instead of training again. A run is known by model, rule,
-clipping, batch size and seed only, so other base hyperparameters, epochs or
-model options need a new DIR. DIR/study.md (tables) and PNG figures
+hyperparameter as it is) reuses that run's row instead of training again. A
+run is known by model, rule, clipping, batch size and seed only, so other
+base hyperparameters, epochs or model options need a new DIR. DIR/study.md (tables) and PNG figures
 are rewritten from the whole CSV after every run.
 """
 
@@ -193,8 +193,9 @@ def study_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
   and options, but: no baseline and no change thresholds (a study run has no
   baseline model, and TFMA refuses change thresholds without one; the
   Evaluator rubber-stamps a first run instead), no plots, and only the
-  overall and id-frequency slices. With the plots and the per-feature slices, TFMA took over 2
-  minutes per model on 60k eval examples here, longer than training.
+  overall and id-frequency slices. With the plots and the per-feature
+  slices, TFMA took over 2 minutes per model on 60k eval examples here,
+  longer than training.
   """
   eval_config = tfma.EvalConfig()
   eval_config.CopyFrom(create_eval_config(config))
@@ -585,7 +586,8 @@ def run_study(config: PipelineConfig, runs: Sequence[StudyRun],
     All rows of study.csv.
   """
   csv_path = os.path.join(config.output, "study.csv")
-  done = {r["run"] for r in read_rows(csv_path)}
+  rows = read_rows(csv_path)
+  done = {r["run"] for r in rows}
   todo = [r for r in runs if r.key not in done]
   print(f"study: {len(runs) - len(todo)} of {len(runs)} runs already in "
         f"{csv_path}", flush=True)
@@ -599,7 +601,7 @@ def run_study(config: PipelineConfig, runs: Sequence[StudyRun],
       train_files=tuple(train_files), train_examples=train_examples,
       click_rate=click_rate)
   for i, run in enumerate(todo, start=1):
-    row = same_training(config, run, read_rows(csv_path))
+    row = same_training(config, run, rows)
     if row is None:
       print(f"study: run {i}/{len(todo)}: {run.key}", flush=True)
       row = train_and_evaluate(run, setup)
@@ -610,9 +612,10 @@ def run_study(config: PipelineConfig, runs: Sequence[StudyRun],
     print(f"study: {run.key}: auc {row.get('auc', math.nan):.4f} "
           f"logloss {row.get('logloss', math.nan):.4f} "
           f"{row['train_seconds']:.1f} s", flush=True)
-    write_report(read_rows(csv_path), config.output, header)
-  rows = read_rows(csv_path)
-  write_report(rows, config.output, header)
+    rows = read_rows(csv_path)  # Parsed as a resumed study would see them.
+    write_report(rows, config.output, header)
+  if not todo:
+    write_report(rows, config.output, header)
   return rows
 
 

@@ -89,18 +89,8 @@ def id_counts(ids: tf.Tensor, vocab_size: Union[int, tf.Tensor],
 
 def clip_embedding_gradient(gradient: Gradient, embeddings, ids: tf.Tensor,
                             r: float, zeta: float,
-                            variant: str = "paper") -> Gradient:
+                            variant: str = "paper") -> ClipResult:
   """Applies CowClip to one embedding table's gradient (see module doc).
-
-  The gradient of clip_and_count; the arguments and the result are
-  described there.
-  """
-  return clip_and_count(gradient, embeddings, ids, r, zeta, variant).gradient
-
-
-def clip_and_count(gradient: Gradient, embeddings, ids: tf.Tensor, r: float,
-                   zeta: float, variant: str = "paper") -> ClipResult:
-  """Applies CowClip to one embedding table's gradient, counting the clips.
 
   Args:
     gradient: the gradient of ``embeddings``, either a dense [V, d] tensor or

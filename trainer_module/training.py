@@ -366,7 +366,7 @@ class CowClipTrainer:
     if config.cowclip:
       clipped, batch_ids = [], []
       for i, (field, deep, _) in enumerate(self.embedding_tables()):
-        result = cowclip.clip_and_count(
+        result = cowclip.clip_embedding_gradient(
             table_gradients[2 * i], deep, self.field_ids(features, field),
             config.r, config.zeta, config.cowclip_variant)
         table_gradients[2 * i] = result.gradient
