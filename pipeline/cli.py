@@ -318,6 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
   rep.set_defaults(handler=_report)
   from pipeline import kubeflow
   kubeflow.add_compile_parser(commands)
+  from pipeline import run_compiled
+  run_compiled.add_run_compiled_parser(commands)
   from pipeline import benchmark
   from pipeline import study
   bench = commands.add_parser(

@@ -51,7 +51,8 @@ def kubeflow_config(config: PipelineConfig) -> PipelineConfig:
                              local_metadata=False)
 
 
-def compile_pipeline(config: PipelineConfig, image: str) -> Dict[str, Any]:
+def compile_pipeline(config: PipelineConfig, image: str,
+                     for_local_run: bool = False) -> Dict[str, Any]:
   """The KFP v2 pipeline spec of `create_pipeline(config)` on `image`.
 
   Args:
@@ -59,6 +60,9 @@ def compile_pipeline(config: PipelineConfig, image: str) -> Dict[str, Any]:
       Kubeflow stores artifacts under `config.pipeline_root` and the Pusher
       writes to `config.serving_dir`.
     image: the image built from kubeflow/Dockerfile, as the cluster pulls it.
+    for_local_run: a spec for `run-compiled` on this machine: `data` and
+      `output` may be local paths (made absolute) and the schema is this
+      checkout's. Everything else is the cluster's spec.
 
   Returns:
     The PipelineSpec as a JSON-style dict (schema 2.1.0).
@@ -70,23 +74,38 @@ def compile_pipeline(config: PipelineConfig, image: str) -> Dict[str, Any]:
   # Imported here: TFX and TensorFlow load only when a compile is asked for.
   # pylint: disable=g-import-not-at-top
   from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
+  from pipeline.pipeline import UNCACHED_NODES
   from pipeline.pipeline import create_pipeline
   # pylint: enable=g-import-not-at-top
   if not image:
     raise ValueError("--image is empty: give the image built from "
                      "kubeflow/Dockerfile")
-  _require_uri("--data", config.data)
-  _require_uri("--pipeline-root", config.output)
+  if for_local_run:
+    config = dataclasses.replace(
+        config, data=_absolute(config.data), output=_absolute(config.output),
+        local_metadata=False)
+  else:
+    _require_uri("--data", config.data)
+    _require_uri("--pipeline-root", config.output)
   if not os.path.isfile(config.schema_path):
     raise ValueError(f"schema {config.schema_path} is missing: the image "
                      "copies schema/ from this checkout")
   runner = kubeflow_v2_dag_runner.KubeflowV2DagRunner(
       config=kubeflow_v2_dag_runner.KubeflowV2DagRunnerConfig(
           default_image=image, use_pipeline_spec_2_1=True))
-  job = runner.run(create_pipeline(kubeflow_config(config)), write_out=False)
+  job = runner.run(create_pipeline(
+      config if for_local_run else kubeflow_config(config)), write_out=False)
   spec = job["pipelineSpec"]
   spec["defaultPipelineRoot"] = config.pipeline_root
+  # TFX caches all steps or none; KFP honours each task's own option.
+  for name in UNCACHED_NODES:
+    spec["root"]["dag"]["tasks"][name]["cachingOptions"] = {
+        "enableCache": False}
   return spec
+
+
+def _absolute(path: str) -> str:
+  return path if "://" in path else os.path.abspath(path)
 
 
 def write_pipeline_spec(spec: Dict[str, Any], path: str) -> None:
@@ -123,7 +142,7 @@ def config_from_args(args: argparse.Namespace) -> PipelineConfig:
 
 def _compile(args: argparse.Namespace) -> int:
   config = config_from_args(args)
-  spec = compile_pipeline(config, args.image)
+  spec = compile_pipeline(config, args.image, args.for_local_run)
   write_pipeline_spec(spec, args.spec_file)
   gpus = (f"{config.trainer_gpus} x {config.trainer_accelerator}"
           if config.trainer_gpus else "none")
@@ -167,6 +186,10 @@ def add_compile_parser(subparsers: Any) -> argparse.ArgumentParser:
                       metavar="URI",
                       help="gs:// (or other TF filesystem) URI: artifacts go "
                       "to URI/pipeline, pushed models to URI/serving")
+  parser.add_argument("--for-local-run", action="store_true",
+                      help="a spec for `run-compiled` on this machine: "
+                      "--data and --pipeline-root may be local paths, the "
+                      "schema is this checkout's (not the image's)")
   parser.add_argument("--gpus", type=int, default=0,
                       help="GPUs the Trainer's pod requests (default 0)")
   parser.add_argument("--gpu-type", default=config_lib.DEFAULT_ACCELERATOR,

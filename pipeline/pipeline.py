@@ -2,7 +2,7 @@
 
 raw files -> RawCtrExampleGen -> StatisticsGen -> ImportSchemaGen ->
 StrictExampleValidator -> Transform -> Trainer -> Evaluator (against the
-latest blessed model) -> Pusher.
+model being served) -> Pusher.
 With tuning, a Tuner (or an Importer of an earlier tuning result) sits
 between Transform and the Trainer and feeds it the best hyperparameters.
 Functions are referenced by dotted path (no module_file), so the same
@@ -15,7 +15,11 @@ from typing import List, Tuple
 from kfp.pipeline_spec import pipeline_spec_pb2
 import tensorflow_model_analysis as tfma
 from tfx import v1 as tfx
+from tfx.dsl.compiler import compiler
+from tfx.proto.orchestration import pipeline_pb2 as ir_pb2
 
+from components.baseline import Evaluator
+from components.baseline import LatestPushedModel
 from components.pusher import Pusher
 from components.raw_example_gen import RawCtrExampleGen
 from components.strict_example_validator import StrictExampleValidator
@@ -28,6 +32,12 @@ from trainer_module.trainer import SLICING_SIGNATURE
 PREPROCESSING_FN = "trainer_module.preprocessing.preprocessing_fn"
 RUN_FN = "trainer_module.trainer.run_fn"
 TUNER_FN = "trainer_module.tuner.tuner_fn"
+
+BASELINE_ID = "latest_pushed_model"
+# Nodes that read state outside ML Metadata (the serving directory): a cached
+# result would be stale, so no runner may reuse one. TFX caches per pipeline;
+# `local_ir` and pipeline.kubeflow switch these nodes off one by one.
+UNCACHED_NODES = (BASELINE_ID,)
 
 _RESOURCE_SPEC = (
     pipeline_spec_pb2.PipelineDeploymentConfig.PipelineContainerSpec
@@ -60,7 +70,7 @@ def create_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
   vocabularies. The gate applies to the overall slice only (a threshold on
   every slice would let one small slice block every push): the AUC floor,
   the calibration band and, when the Evaluator has a baseline (the latest
-  blessed model), no AUC drop / log-loss rise beyond the tolerances. The
+  served model), no AUC drop / log-loss rise beyond the tolerances. The
   thresholds sit on the MetricConfigs: MetricsSpec-level thresholds only
   reach metrics computed in the model graph, not TFMA's own.
 
@@ -179,15 +189,15 @@ def create_pipeline(config: PipelineConfig,
       node.with_platform_config(_RESOURCE_SPEC(
           accelerator=_RESOURCE_SPEC.AcceleratorConfig(
               type=config.trainer_accelerator, count=config.trainer_gpus)))
-  # The baseline of the no-regression checks: the latest blessed model of
-  # this pipeline (none on the first run: absolute checks alone).
-  baseline = tfx.dsl.Resolver(
-      strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
-      model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
-      model_blessing=tfx.dsl.Channel(
-          type=tfx.types.standard_artifacts.ModelBlessing),
-  ).with_id("latest_blessed_model")
-  evaluator = tfx.components.Evaluator(
+  push_destination = tfx.proto.PushDestination(
+      filesystem=tfx.proto.PushDestination.Filesystem(
+          base_directory=config.serving_dir))
+  # The baseline of the no-regression checks: the model being served (none
+  # on the first run: absolute checks alone). A container step, so it runs
+  # on open-source Kubeflow too (see components/baseline.py).
+  baseline = LatestPushedModel(
+      push_destination=push_destination).with_id(BASELINE_ID)
+  evaluator = Evaluator(
       examples=example_gen.outputs["examples"],
       model=trainer.outputs["model"],
       baseline_model=baseline.outputs["model"],
@@ -195,9 +205,7 @@ def create_pipeline(config: PipelineConfig,
   pusher = Pusher(
       model=trainer.outputs["model"],
       model_blessing=evaluator.outputs["blessing"],
-      push_destination=tfx.proto.PushDestination(
-          filesystem=tfx.proto.PushDestination.Filesystem(
-              base_directory=config.serving_dir)))
+      push_destination=push_destination)
   components: List = [example_gen, statistics_gen, schema_gen,
                       example_validator, transform, trainer, baseline,
                       evaluator, pusher]
@@ -216,3 +224,14 @@ def create_pipeline(config: PipelineConfig,
           tfx.orchestration.metadata.sqlite_metadata_connection_config(
               config.metadata_path) if config.local_metadata else None),
       beam_pipeline_args=list(config.beam_args))
+
+
+def local_ir(pipeline: tfx.dsl.Pipeline) -> ir_pb2.Pipeline:
+  """`pipeline` compiled for the local runners' `run_with_ir`, with caching
+  off for UNCACHED_NODES (the rest as `pipeline.enable_cache` says)."""
+  ir = compiler.Compiler().compile(pipeline)
+  for node in ir.nodes:
+    if node.pipeline_node.node_info.id in UNCACHED_NODES:
+      node.pipeline_node.execution_options.caching_options.enable_cache = (
+          False)
+  return ir

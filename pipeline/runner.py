@@ -19,6 +19,7 @@ from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
 
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_pipeline
+from pipeline.pipeline import local_ir
 
 
 class InputError(ValueError):
@@ -158,7 +159,7 @@ def run_pipeline(config: PipelineConfig) -> RunOutcome:
   runner = (tfx.orchestration.LocalDagRunner() if config.runner == "local"
             else BeamDagRunner())
   try:
-    runner.run(create_pipeline(config))
+    runner.run_with_ir(local_ir(create_pipeline(config)))
   finally:  # A failed run gets a report too: that is when it is needed.
     try:
       logging.info("report: %s",

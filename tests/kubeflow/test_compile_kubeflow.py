@@ -18,6 +18,7 @@ import yaml
 from pipeline import config as config_lib
 from pipeline import kubeflow
 from pipeline import pipeline as pipeline_lib
+from pipeline import run_compiled
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
@@ -28,13 +29,11 @@ DATAFLOW = ["--beam-runner", "dataflow", "--project", "proj",
 ARGS = ["--dataset", "criteo", "--data", "gs://bucket/criteo/",
         "--pipeline-root", ROOT, "--image", IMAGE, "--gpus", "1",
         "--beam-arg=--max_num_workers=8", *DATAFLOW]
+# latest_pushed_model: the Evaluator's baseline, a container task too.
 CONTAINERS = {"RawCtrExampleGen", "StatisticsGen", "ImportSchemaGen",
-              "StrictExampleValidator", "Transform", "Trainer", "Evaluator",
-              "Pusher"}
-# The Evaluator's baseline (the latest blessed model): KFP resolver tasks.
-RESOLVERS = {"latest_blessed_model-model-resolver",
-             "latest_blessed_model-model-blessing-resolver"}
-COMPONENTS = CONTAINERS | RESOLVERS
+              "StrictExampleValidator", "Transform", "Trainer",
+              pipeline_lib.BASELINE_ID, "Evaluator", "Pusher"}
+COMPONENTS = CONTAINERS
 BEAM_COMPONENTS = ("RawCtrExampleGen", "StatisticsGen", "Transform",
                    "Evaluator")
 
@@ -100,6 +99,35 @@ def test_every_component_is_a_task_with_its_executor(spec):
   assert (container(spec, "StrictExampleValidator")["args"][1] ==
           "components.strict_example_validator.Executor")
   assert container(spec, "Pusher")["args"][1] == "components.pusher.Executor"
+
+
+def test_every_executor_is_one_open_source_kfp_runs(spec):
+  """KFP's compiler refuses anything but container and importer executors
+  (TFX compiles resolvers to Vertex-only resolver executors)."""
+  executors = spec["deploymentSpec"]["executors"]
+  for name in tasks(spec):
+    kind, _ = run_compiled.executor_of(spec, name)
+    assert kind in ("container", "importer"), (name, kind)
+  assert all(set(executor) <= {"container", "importer"}
+             for executor in executors.values()), executors
+  run_compiled.check_executors(spec)
+  assert "resolver" not in yaml.safe_dump(executors)
+
+
+def test_the_baseline_is_the_served_model_and_never_cached(spec):
+  assert (container(spec, pipeline_lib.BASELINE_ID)["args"][1] ==
+          "components.baseline.Executor")
+  assert (container(spec, "Evaluator")["args"][1] ==
+          "components.baseline.EvaluatorExecutor")
+  assert tasks(spec)["Evaluator"]["inputs"]["artifacts"]["baseline_model"] == {
+      "taskOutputArtifact": {"producerTask": pipeline_lib.BASELINE_ID,
+                             "outputArtifactKey": "model"}}
+  # Reads the serving directory, where the Pusher writes.
+  assert parameter(spec, pipeline_lib.BASELINE_ID, "push_destination") == (
+      parameter(spec, "Pusher", "push_destination"))
+  for name, task in tasks(spec).items():
+    assert task["cachingOptions"] == {
+        "enableCache": name not in pipeline_lib.UNCACHED_NODES}, name
 
 
 def test_dependency_edges(spec):
@@ -317,3 +345,23 @@ def test_dockerfile_installs_the_project_with_the_constraints():
 
 def test_dockerfile_pins_keras_3():
   assert ("ENV", "TF_USE_LEGACY_KERAS=0") in dockerfile()
+
+
+def test_a_spec_for_a_local_run_is_the_clusters_but_for_paths(spec_path,
+                                                             tmp_path):
+  """`--for-local-run` (what run-compiled tests run) changes only paths."""
+  data, root = str(tmp_path / "criteo"), str(tmp_path / "root")
+  local_args = [a for a in ARGS]
+  local_args[local_args.index("gs://bucket/criteo/")] = data + "/"
+  local_args[local_args.index(ROOT)] = root
+  local = str(tmp_path / "local.yaml")
+  os.makedirs(data)
+  compile_to(local, [*local_args, "--for-local-run"])
+  with open(local, encoding="utf-8") as local_file:
+    text = local_file.read()
+  assert kubeflow.CONTAINER_SCHEMA_ROOT not in text
+  text = (text.replace(root, ROOT).replace(data, "gs://bucket/criteo")
+          .replace(os.path.join(REPO, "schema"),
+                   kubeflow.CONTAINER_SCHEMA_ROOT))
+  with open(spec_path, encoding="utf-8") as spec_file:
+    assert yaml.safe_load(text) == yaml.safe_load(spec_file)
