@@ -126,8 +126,11 @@ def executor_of(spec: Dict[str, Any], task_name: str) -> Tuple[str, Dict]:
 
 
 def check_executors(spec: Dict[str, Any]) -> None:
-  """Refuses, as KFP's compiler does, executors other than container/importer.
-  """
+  """Refuses what KFP's API server and compiler refuse: another schema than
+  2.1.0, executors other than container/importer, conditional importers."""
+  if spec.get("schemaVersion") != "2.1.0":
+    raise SpecError(f"schemaVersion {spec.get('schemaVersion')!r}: KFP only "
+                    "supports schema version 2.1.0")
   for name, task in spec["root"]["dag"]["tasks"].items():
     kind, _ = executor_of(spec, name)
     if kind == "importer" and task.get("triggerPolicy", {}).get("condition"):
@@ -280,7 +283,10 @@ def _substitute(text: str, executor_input: Dict[str, Any],
     value = section.get("parameterValues", {})[key]
     return value if isinstance(value, str) else json.dumps(value)
 
-  return _PLACEHOLDER.sub(one, text.replace("{{$}}", input_json))
+  result = _PLACEHOLDER.sub(one, text.replace("{{$}}", input_json))
+  if "{{$" in result.replace(input_json, ""):
+    raise SpecError(f"unsupported placeholder in {text!r}")
+  return result
 
 
 def local_path(uri: str) -> str:

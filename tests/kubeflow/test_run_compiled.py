@@ -243,6 +243,15 @@ def test_placeholders_are_the_launchers():
   assert substitute("{{$.inputs.artifacts['a'].path}}") == "/gcs/b/a"
   assert substitute("{{$.outputs.artifacts['o'].path}}") == "/s3/b/o"
   assert substitute("{{$.outputs.parameters['p'].output_file}}") == "/tmp/p"
+  with pytest.raises(run_compiled.SpecError, match="unsupported placeholder"):
+    substitute("{{$.pipeline_job_name}}")
+
+
+def test_only_schema_2_1_0_runs(tmp_path):
+  spec = pipeline_spec()
+  spec["schemaVersion"] = "2.0.0"
+  with pytest.raises(run_compiled.SpecError, match="schema version 2.1.0"):
+    run_compiled.run_spec(write(spec, tmp_path), str(tmp_path / "root"))
 
 
 def test_bad_specs_are_named(tmp_path):

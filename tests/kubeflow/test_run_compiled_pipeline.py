@@ -1,0 +1,154 @@
+"""The compiled Kubeflow spec, run twice through run-compiled on this machine.
+
+The spec is compiled as for a cluster (`--for-local-run` changes only the
+paths: tests/kubeflow/test_compile_kubeflow.py checks that) and run the way
+the open-source KFP v2 backend runs it: each task's own container command in
+a subprocess. The first run pushes a model; the second, under the same root,
+trains a deliberately worse one, which the Evaluator compares with the first
+run's pushed model (LatestPushedModel) and refuses.
+"""
+
+import argparse
+import glob
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from sklearn.metrics import roc_auc_score
+import tensorflow_model_analysis as tfma
+
+from pipeline import generate
+from pipeline import kubeflow
+from pipeline import pipeline as pipeline_lib
+from pipeline import run_compiled
+from pipeline import runner
+from trainer_module import features
+
+pytestmark = pytest.mark.slow
+
+ROWS = 6000
+COMMON = ["--dataset", "criteo", "--image", "local/cowclip:test",
+          "--for-local-run", "--batch-size", "256", "--min-frequency", "3",
+          "--embedding-dim", "4", "--hidden-units", "16",
+          # The gate here is the baseline comparison alone: a floor any
+          # trained model passes, a wide calibration band.
+          "--min-auc", "0.5", "--calibration-band", "0.5,1.5"]
+GOOD = ["--epochs", "2", "--embed-lr", "1e-2"]
+# Hardly trained: 1 epoch at learning rates 1000x smaller.
+WORSE = ["--epochs", "1", "--embed-lr", "1e-5", "--dense-lr", "1e-6"]
+UPSTREAM = ("ImportSchemaGen", "RawCtrExampleGen", "StatisticsGen",
+            "StrictExampleValidator", "Transform")
+
+
+def compile_spec(path, data, root, extra):
+  parser = argparse.ArgumentParser()
+  kubeflow.add_compile_parser(parser.add_subparsers())
+  args = parser.parse_args(["compile-kubeflow", "--output", str(path),
+                            "--data", str(data) + "/", "--pipeline-root",
+                            str(root), *COMMON, *extra])
+  assert args.handler(args) == 0
+  return str(path)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+  """(first run, second run, push destination)."""
+  base = tmp_path_factory.mktemp("kfp")
+  data = base / "data"
+  data.mkdir()
+  generate.write_synthetic("criteo", ROWS, 3, str(data / "train.txt"))
+  root = base / "root"
+  good = compile_spec(base / "good.yaml", data, root, GOOD)
+  worse = compile_spec(base / "worse.yaml", data, root, WORSE)
+  first = run_compiled.run_spec(good, str(base / "runs"), run_id="first")
+  serving = root / "serving"
+  versions = sorted(os.listdir(serving))
+  stamps = [os.stat(serving / v / "saved_model.pb").st_mtime_ns
+            for v in versions]
+  second = run_compiled.run_spec(worse, str(base / "runs"), run_id="second")
+  return first, second, serving, versions, stamps
+
+
+def metadata(result, task, key):
+  return result.tasks[task].artifacts[key]["metadata"]
+
+
+def test_first_run_evaluates_without_baseline_and_pushes(runs):
+  first, _, serving, versions, _ = runs
+  assert all(t.state == run_compiled.SUCCEEDED for t in first.tasks.values())
+  assert metadata(first, pipeline_lib.BASELINE_ID, "model")[
+      "pushed_model_found"] == 0
+  blessing = metadata(first, "Evaluator", "blessing")
+  assert blessing["blessed"] == 1
+  assert "baseline_model" not in blessing
+  pushed = metadata(first, "Pusher", "pushed_model")
+  assert pushed["pushed"] == 1
+  assert versions == [pushed["pushed_version"]]
+  assert pushed["pushed_destination"] == str(serving / versions[0])
+
+
+def _eval_examples(result):
+  """Raw serialized tf.Examples of ExampleGen's eval split, and labels."""
+  examples = result.tasks["RawCtrExampleGen"].artifacts["examples"]["uri"]
+  files = glob.glob(os.path.join(examples, "Split-eval", "*"))
+  serialized = [r.numpy() for r in tf.data.TFRecordDataset(
+      files, compression_type="GZIP")]
+  label = features.get_spec("criteo").label
+  labels = [tf.train.Example.FromString(s).features.feature[label]
+            .int64_list.value[0] for s in serialized]
+  return serialized, np.array(labels)
+
+
+def _overall(evaluation_uri, metric):
+  """The candidate's `metric` on the overall slice."""
+  for metrics in tfma.load_metrics(evaluation_uri):
+    if not metrics.slice_key.single_slice_keys:
+      for entry in metrics.metric_keys_and_values:
+        if (entry.key.name == metric and not entry.key.is_diff and
+            entry.key.model_name in ("", "candidate")):
+          return entry.value.double_value.value
+  raise AssertionError(f"{metric} not in {evaluation_uri}")
+
+
+def test_pushed_model_scores_raw_examples(runs):
+  first, _, serving, versions, _ = runs
+  model = tf.saved_model.load(str(serving / versions[0]))
+  serialized, labels = _eval_examples(first)
+  scores = model.signatures["serving_default"](
+      examples=tf.constant(serialized))["probability"].numpy().ravel()
+  assert scores.shape == labels.shape and len(labels) > 300
+  assert np.all((scores > 0) & (scores < 1))
+  # The Evaluator scored the same examples through the same signature.
+  evaluation = first.tasks["Evaluator"].artifacts["evaluation"]["uri"]
+  assert roc_auc_score(labels, scores) == pytest.approx(
+      _overall(evaluation, "auc"), abs=0.01)
+
+
+def test_second_run_gates_against_the_first_runs_pushed_model(runs):
+  _, second, _, versions, _ = runs
+  baseline = metadata(second, pipeline_lib.BASELINE_ID, "model")
+  assert baseline["pushed_model_found"] == 1
+  assert baseline["pushed_version"] == versions[0]
+  # KFP-style caching: the data steps are reused, the baseline never is.
+  assert all(second.tasks[name].state == run_compiled.CACHED
+             for name in UPSTREAM)
+  assert second.tasks["Trainer"].state == run_compiled.SUCCEEDED
+  assert second.tasks[pipeline_lib.BASELINE_ID].state == (
+      run_compiled.SUCCEEDED)
+  blessing = metadata(second, "Evaluator", "blessing")
+  assert blessing["blessed"] == 0
+  assert blessing["baseline_model"] == (
+      second.tasks[pipeline_lib.BASELINE_ID].artifacts["model"]["uri"])
+  checks = runner.failed_checks(
+      second.tasks["Evaluator"].artifacts["evaluation"]["uri"])
+  assert any("vs the last blessed model" in check for check in checks), checks
+
+
+def test_the_worse_model_is_not_pushed(runs):
+  _, second, serving, versions, stamps = runs
+  assert second.tasks["Pusher"].state == run_compiled.SUCCEEDED
+  assert metadata(second, "Pusher", "pushed_model")["pushed"] == 0
+  assert sorted(os.listdir(serving)) == versions
+  assert [os.stat(serving / v / "saved_model.pb").st_mtime_ns
+          for v in versions] == stamps
