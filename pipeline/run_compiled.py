@@ -7,7 +7,7 @@ Docker or a cluster. It follows the open-source KFP v2 backend
 - every executor must be a container or an importer; anything else is
   refused before a task runs, with the compiler's message;
 - tasks run in topological order of `dependentTasks` and data edges;
-- a task's `triggerPolicy.condition` (the Pusher's blessing check) is
+- a task's `triggerPolicy.condition` (a `tfx.dsl.Cond`, for one) is
   evaluated on its ExecutorInput; false: the task is skipped;
 - a container task runs its own command and args in a subprocess, with the
   launcher's placeholders substituted (`{{$}}` is the ExecutorInput JSON);
