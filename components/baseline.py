@@ -23,6 +23,7 @@ import os
 from typing import Any, Dict, List, Optional
 
 from absl import logging
+from ml_metadata.proto import metadata_store_pb2
 from tfx import types
 from tfx.components.evaluator import component as evaluator_component
 from tfx.components.evaluator import executor as evaluator_executor
@@ -110,6 +111,12 @@ class LatestPushedModel(base_component.BaseComponent):
     super().__init__(LatestPushedModelSpec(
         push_destination=push_destination,
         model=types.Channel(type=standard_artifacts.Model)))
+
+
+def is_baseline_copy(artifact: metadata_store_pb2.Artifact) -> bool:
+  """Whether an ML Metadata Model is a LatestPushedModel output: a copy of a
+  served model (or an empty first-run placeholder), not a trained one."""
+  return FOUND_PROPERTY in artifact.custom_properties
 
 
 def is_found(model: types.Artifact) -> bool:

@@ -17,6 +17,7 @@ from ml_metadata.proto import metadata_store_pb2
 from tfx import v1 as tfx
 from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
 
+from components import baseline
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_pipeline
 from pipeline.pipeline import local_ir
@@ -100,10 +101,15 @@ def failed_checks(evaluation_uri: str) -> Tuple[str, ...]:
 
 def latest_artifact(store: metadata_store.MetadataStore,
                     type_name: str) -> Optional[metadata_store_pb2.Artifact]:
-  """The newest live artifact of `type_name` in `store`, or None."""
+  """The newest live artifact of `type_name` in `store`, or None.
+
+  The Evaluator's baseline (a copy of the served model) is not a Model
+  this pipeline trained: it is left out.
+  """
   artifacts = store.get_artifacts_by_type(type_name)
   live = [a for a in artifacts
-          if a.state == metadata_store_pb2.Artifact.LIVE]
+          if a.state == metadata_store_pb2.Artifact.LIVE
+          and not baseline.is_baseline_copy(a)]
   return max(live, key=lambda a: a.id) if live else None
 
 
