@@ -5,6 +5,11 @@ KFP v2 pipeline spec (IR YAML), which the KFP UI and `kfp.Client` upload.
 Compiling is offline: no cluster, bucket or registry is contacted, and the
 only file written is the spec.
 
+Every task is a container task, the only kind open-source KFP v2 runs
+besides importers; the Evaluator's baseline step (components/baseline.py) is
+never cached. `--for-local-run` compiles the same spec with local paths for
+`python -m pipeline run-compiled` (pipeline/run_compiled.py).
+
 Open-source KFP v2 needs two things the runner does not do by default (see
 kubeflow/README.md): schema 2.1.0 (the API server rejects the default 2.0.0,
 whose `constantValue` parameters its driver cannot resolve) and
@@ -150,7 +155,7 @@ def _compile(args: argparse.Namespace) -> int:
         f"{spec['pipelineInfo']['name']!r} "
         f"({len(spec['root']['dag']['tasks'])} tasks)\n"
         f"  image:          {args.image}\n"
-        f"  pipeline root:  {config.pipeline_root}\n"
+        f"  pipeline root:  {spec['defaultPipelineRoot']}\n"
         f"  Beam runner:    {args.beam_runner}\n"
         f"  Trainer GPUs:   {gpus}")
   return 0
