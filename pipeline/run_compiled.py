@@ -465,7 +465,7 @@ class LocalKfpRun:
     return {"artifacts": artifacts, "parameters": parameters,
             "outputFile": os.path.join(task_root, "output_metadata.json")}
 
-  def _record(self, name: str, provisioned: Dict[str, Any],
+  def _record(self, provisioned: Dict[str, Any],
               produced: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
     """Output artifacts as ML Metadata would hold them after the launcher:
     the ExecutorOutput's URI and metadata merged into the provisioned ones.
@@ -518,7 +518,7 @@ class LocalKfpRun:
         with open(parameter["outputFile"], encoding="utf-8") as value_file:
           parameters[key] = value_file.read()
     return TaskResult(name, SUCCEEDED,
-                      artifacts=self._record(name, outputs["artifacts"],
+                      artifacts=self._record(outputs["artifacts"],
                                              produced.get("artifacts", {})),
                       parameters=parameters, log=log)
 
@@ -540,7 +540,7 @@ class LocalKfpRun:
                                                               {})}]}
                 for key in outputs["artifacts"]}
     return TaskResult(name, SUCCEEDED,
-                      artifacts=self._record(name, outputs["artifacts"],
+                      artifacts=self._record(outputs["artifacts"],
                                              produced))
 
 
