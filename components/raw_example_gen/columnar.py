@@ -13,6 +13,8 @@ parse as the Example with exactly the row's non-empty features (the tests
 compare the parses with rows.encode_row's).
 """
 
+from typing import Tuple
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -52,12 +54,12 @@ def _varints(values: np.ndarray) -> pa.BinaryArray:
 
 
 def _pieces(values: pa.Array, value_bytes: pa.Array, lengths: np.ndarray,
-            piece_of_length) -> pa.Array:
-  """prefix + value bytes per cell: one-feature serialized tf.Examples.
+            piece_of_length) -> Tuple[pa.Array, pa.Array]:
+  """(prefix, value bytes) per cell: together a one-feature tf.Example.
 
   Everything before a value's bytes depends only on their length n, so the
   prefix is cut from piece_of_length(n) (a piece whose value is n bytes).
-  Null cells stay null.
+  A null cell has a null prefix.
   """
   distinct = np.unique(lengths)
   pieces = [piece_of_length(n) for n in distinct.tolist()]
@@ -66,10 +68,10 @@ def _pieces(values: pa.Array, value_bytes: pa.Array, lengths: np.ndarray,
   prefixes = table.take(pa.array(np.searchsorted(distinct, lengths),
                                  mask=values.is_null().to_numpy(
                                      zero_copy_only=False)))
-  return pc.binary_join_element_wise(prefixes, value_bytes, b"")
+  return prefixes, value_bytes
 
 
-def int64_pieces(name: str, column: pa.Array) -> pa.Array:
+def int64_pieces(name: str, column: pa.Array) -> Tuple[pa.Array, pa.Array]:
   """One-feature Examples (int64_list [value]) of an int64 column."""
   key = example_encoding.feature_key(name)
   values = column.fill_null(0).to_numpy(zero_copy_only=False).astype(
@@ -81,7 +83,7 @@ def int64_pieces(name: str, column: pa.Array) -> pa.Array:
           [example_encoding.int64_feature(key, 1 << (7 * (n - 1)))]))
 
 
-def bytes_pieces(name: str, column: pa.Array) -> pa.Array:
+def bytes_pieces(name: str, column: pa.Array) -> Tuple[pa.Array, pa.Array]:
   """One-feature Examples (bytes_list [value]) of a binary column."""
   key = example_encoding.feature_key(name)
   lengths = pc.binary_length(column).fill_null(0).to_numpy(
@@ -128,8 +130,10 @@ def encode_table(table: pa.Table, layout: rows.RowLayout) -> pa.Array:
             for _, name, _ in (layout.label,) + layout.int_columns]
   pieces += [bytes_pieces(name, table.column(name).combine_chunks())
              for _, name, _ in layout.str_columns]
-  return pc.binary_join_element_wise(*pieces, b"", null_handling="replace",
-                                     null_replacement=b"")
+  # A null cell's prefix and value (or prefix alone) become b"".
+  return pc.binary_join_element_wise(
+      *(part for piece in pieces for part in piece), b"",
+      null_handling="replace", null_replacement=b"")
 
 
 def labels_are_binary(table: pa.Table, layout: rows.RowLayout) -> bool:

@@ -46,6 +46,10 @@ BLOCK_BYTES = 16 << 20
 _CHUNK_BYTES = 1 << 20
 # Output record files of a range: Split-<name>/<prefix>-<file>-<start>.gz.
 _RECORD_FILE_PREFIX = "data_tfrecord"
+# gzip level 1 writes 2.4x faster than the default level 6 for 30% more
+# bytes (docs/benchmark_data.md); readers decompress either equally fast.
+_RECORD_OPTIONS = tf.io.TFRecordOptions(compression_type="GZIP",
+                                        compression_level=1)
 # A first line longer than this is not a CTR text file (binary or compressed).
 _MAX_FIRST_LINE_BYTES = 1 << 20
 _COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz", ".zst", ".zip", ".tar", ".7z")
@@ -286,7 +290,7 @@ class _ParseRangeFn(beam.DoFn):
     stats = _RangeStats(file_index, [0] * len(self._split_dirs))
     name = f"{_RECORD_FILE_PREFIX}-{file_index:05d}-{start:015d}.gz"
     writers = [tf.io.TFRecordWriter(
-        os.path.join(d, name), tf.io.TFRecordOptions(compression_type="GZIP"))
+        os.path.join(d, name), _RECORD_OPTIONS)
                for d in self._split_dirs]
     try:
       for position, block in read_blocks(source.path, start, end):
