@@ -7,10 +7,10 @@ compute kernels, so no Python code runs per row or per field.
 Why not tfx_bsl's RecordBatchToExamplesEncoder: it writes a null cell as a
 feature with an empty value, while this component's contract (and
 rows.encode_row's) leaves a missing feature out. Instead, each non-null cell
-becomes a one-feature serialized tf.Example, and a row's pieces are
-concatenated: protobuf parsers merge concatenated messages, so the bytes
-parse as the Example with exactly the row's non-empty features (the tests
-compare the parses with rows.encode_row's).
+becomes its Features map entry (example_encoding's wire format, whose prefix
+depends only on the value's length), a row's entries are concatenated and
+the Example's length prefix is added, all with Arrow kernels. The bytes are
+the ones rows.encode_row writes for the same line (tested).
 """
 
 from typing import Tuple
@@ -24,6 +24,7 @@ from components.raw_example_gen import example_encoding
 from components.raw_example_gen import rows
 
 _MAX_VARINT_BYTES = 10
+_FEATURES_TAG = b"\x0a"
 
 
 def _varint_lengths(values: np.ndarray) -> np.ndarray:
@@ -55,10 +56,10 @@ def _varints(values: np.ndarray) -> pa.BinaryArray:
 
 def _pieces(values: pa.Array, value_bytes: pa.Array, lengths: np.ndarray,
             piece_of_length) -> Tuple[pa.Array, pa.Array]:
-  """(prefix, value bytes) per cell: together a one-feature tf.Example.
+  """(prefix, value bytes) per cell: together its Features map entry.
 
   Everything before a value's bytes depends only on their length n, so the
-  prefix is cut from piece_of_length(n) (a piece whose value is n bytes).
+  prefix is cut from piece_of_length(n) (an entry whose value is n bytes).
   A null cell has a null prefix.
   """
   distinct = np.unique(lengths)
@@ -76,11 +77,14 @@ def int64_pieces(name: str, column: pa.Array) -> Tuple[pa.Array, pa.Array]:
   key = example_encoding.feature_key(name)
   values = column.fill_null(0).to_numpy(zero_copy_only=False).astype(
       np.int64).view(np.uint64)
+  varints = _varints(values)
+  if column.null_count:
+    varints = pc.if_else(column.is_valid(), varints,
+                         pa.scalar(None, pa.binary()))
   return _pieces(
-      column, _varints(values), _varint_lengths(values),
+      column, varints, _varint_lengths(values),
       # The smallest value whose varint has n bytes.
-      lambda n: example_encoding.example(
-          [example_encoding.int64_feature(key, 1 << (7 * (n - 1)))]))
+      lambda n: example_encoding.int64_feature(key, 1 << (7 * (n - 1))))
 
 
 def bytes_pieces(name: str, column: pa.Array) -> Tuple[pa.Array, pa.Array]:
@@ -90,8 +94,7 @@ def bytes_pieces(name: str, column: pa.Array) -> Tuple[pa.Array, pa.Array]:
       zero_copy_only=False)
   return _pieces(
       column, column, lengths,
-      lambda n: example_encoding.example(
-          [example_encoding.bytes_feature(key, b"x" * n)]))
+      lambda n: example_encoding.bytes_feature(key, b"x" * n))
 
 
 def parse_block(data: bytes, layout: rows.RowLayout) -> pa.Table:
@@ -131,9 +134,14 @@ def encode_table(table: pa.Table, layout: rows.RowLayout) -> pa.Array:
   pieces += [bytes_pieces(name, table.column(name).combine_chunks())
              for _, name, _ in layout.str_columns]
   # A null cell's prefix and value (or prefix alone) become b"".
-  return pc.binary_join_element_wise(
+  entries = pc.binary_join_element_wise(
       *(part for piece in pieces for part in piece), b"",
       null_handling="replace", null_replacement=b"")
+  # Example.features (field 1) = the length-delimited map entries.
+  lengths = pc.binary_length(entries).to_numpy(zero_copy_only=False)
+  return pc.binary_join_element_wise(
+      pa.scalar(_FEATURES_TAG, pa.binary()),
+      _varints(lengths.astype(np.uint64)), entries, b"")
 
 
 def labels_are_binary(table: pa.Table, layout: rows.RowLayout) -> bool:
