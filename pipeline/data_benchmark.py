@@ -250,6 +250,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       "direct_num_workers=2")
 
 
+def command_line(args: argparse.Namespace) -> str:
+  """The `python -m pipeline benchmark --stage data` command of these flags."""
+  parts = ["python -m pipeline benchmark --stage data", f"--rows {args.rows}"]
+  defaults = (("dataset", "criteo"), ("work_dir", DEFAULT_WORK_DIR),
+              ("doc", DEFAULT_DOC), ("data_batch_size", DEFAULT_BATCH_SIZE))
+  for name, default in defaults:
+    if getattr(args, name) != default:
+      parts.append(f"--{name.replace('_', '-')} {getattr(args, name)}")
+  parts += [f"--run-arg={arg}" for arg in args.run_args]
+  return " ".join(parts)
+
+
 def main(args: argparse.Namespace) -> int:
   """Runs the data benchmark from parsed flags; prints and writes it."""
   result = run_data_benchmark(args.rows, args.work_dir, args.dataset,
@@ -257,7 +269,6 @@ def main(args: argparse.Namespace) -> int:
                               extra_run_args=args.run_args)
   section = format_result(result)
   print(section)
-  append_to_doc(args.doc, section,
-                "python -m pipeline " + " ".join(sys.argv[1:]))
+  append_to_doc(args.doc, section, command_line(args))
   print(f"wrote {args.doc}")
   return 0 if result["exit_status"] in (0, 3) else 1
