@@ -3,9 +3,12 @@
 Each input file is cut into byte ranges aligned to line starts; the ranges are
 reshuffled over the workers, so a single 11 GB file is read in parallel and
 every row keeps its byte offset (for the sequential split and for naming the
-line of a bad row). Bad rows are counted per file and dropped; when there are
-more than `max_bad_fraction` of them the run fails after the fact, naming the
-first bad line.
+line of a bad row). A range is parsed in blocks by pyarrow's CSV reader and
+encoded a column at a time (columnar.py), and writes its own output file per
+split: no Python per row except the split hash, and no shuffle of the rows.
+Bad rows are counted per file and dropped; when there are more than
+`max_bad_fraction` of them the run fails after the fact, naming the first bad
+line.
 """
 
 import dataclasses
