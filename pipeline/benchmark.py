@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 import tensorflow as tf
 
+from pipeline import data_benchmark
 from pipeline import generate
 from trainer_module import features
 from trainer_module import models
@@ -269,6 +270,11 @@ def parse_int_list(text: str) -> List[int]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
   """The `benchmark` subcommand's flags."""
+  parser.add_argument("--stage", default="step", choices=("step", "data"),
+                      help="step: time the training step (default); data: "
+                      "run the whole pipeline on --rows generated rows "
+                      "(pipeline/data_benchmark.py)")
+  data_benchmark.add_arguments(parser)
   parser.add_argument("--dataset", default="criteo",
                       choices=sorted(features.DATASETS))
   parser.add_argument("--model", default="deepfm", choices=models.MODELS)
@@ -295,6 +301,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
   """Runs the benchmark from parsed flags, prints the table, writes the CSV."""
+  if args.stage == "data":
+    return data_benchmark.main(args)
   options = (models.ModelOptions(hidden_units=tuple(args.hidden_units))
              if args.hidden_units else models.ModelOptions())
   results = run_benchmark(

@@ -3,8 +3,12 @@
 TFX Transform analyses the train split and transforms train and eval with the
 result, so every vocabulary (and its stored frequencies) is a training-set
 statistic. The output contract is in the ``trainer_module.features``
-docstring. Each analyzer costs a fixed pipeline overhead here, so the dense
-counts share ONE min/max analyzer (log1p, then scaled to [0, 1]).
+docstring. Each analyzer costs a fixed pipeline overhead (~2 s, and a Beam
+stage per analyzer), so the dense counts share ONE min/max analyzer (log1p,
+then scaled to [0, 1]) and every categorical field's vocabulary comes from
+ONE analyzer (FieldVocabularies, tensorflow/transform#180) that counts
+(field, token) pairs in one pass and writes one vocabulary file per field,
+in tf.Transform's own format ('count token' lines, most frequent first).
 
 Missing values: the curated schemas have no fixed ``shape``, so every raw
 feature arrives as a SparseTensor that may have no value for a row (Criteo has
@@ -13,12 +17,17 @@ categoricals become the empty token, which tf.Transform never puts in a
 vocabulary, so they land in the OOV bucket with the rare ids.
 """
 
-from typing import Any, Dict, Mapping, Optional, Tuple
+import collections
+import os
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
+import apache_beam as beam
 import numpy as np
 import tensorflow as tf
 import tensorflow_transform as tft
 from tensorflow_transform import analyzers as tft_analyzers
+from tensorflow_transform import tf_utils
+from tensorflow_transform.beam import experimental as tft_beam_experimental
 
 from trainer_module import features
 
@@ -134,6 +143,94 @@ def _raw_input(inputs: Mapping[str, tf.SparseTensor], name: str,
   return inputs[name]
 
 
+class FieldVocabularies(tft_beam_experimental.PTransformAnalyzer):
+  """Beam side of the one vocabulary analyzer of every categorical field.
+
+  Input: batches of [batch, fields] string tokens (column i = fields[i]).
+  Output: one PCollection per field holding the path of its vocabulary file:
+  tokens seen at least min_frequency times, as 'count token' lines sorted by
+  decreasing count then decreasing token (tft.vocabulary's order), the empty
+  token (a missing value) excluded; a field without such tokens gets
+  tf.Transform's one-line placeholder, as tft.vocabulary writes.
+  """
+
+  def __init__(self, fields: Sequence[str], min_frequency: int):
+    super().__init__()
+    self._fields = tuple(fields)
+    self._min_frequency = min_frequency
+
+  def _batch_counts(self, batch: Tuple[np.ndarray]
+                   ) -> Iterator[Tuple[Tuple[int, bytes], int]]:
+    (tokens,) = batch
+    for column in range(tokens.shape[1]):
+      for token, count in collections.Counter(
+          tokens[:, column].tolist()).items():
+        if token:
+          yield (column, token), count
+
+  def _write_files(self, kept: List[Tuple[Tuple[int, bytes], int]]
+                  ) -> Iterator[beam.pvalue.TaggedOutput]:
+    by_field = collections.defaultdict(list)
+    for (column, token), count in kept:
+      by_field[column].append((count, token))
+    tf.io.gfile.makedirs(self.base_temp_dir)
+    for column, field in enumerate(self._fields):
+      entries = sorted(by_field[column], reverse=True) or [
+          (1, _EMPTY_VOCABULARY_TOKEN)]
+      path = os.path.join(self.base_temp_dir, features.vocabulary_name(field))
+      with tf.io.gfile.GFile(path, "wb") as f:
+        f.write(b"".join(b"%d %s\n" % entry for entry in entries))
+      yield beam.pvalue.TaggedOutput(field, np.array(path.encode()))
+
+  def expand(self, batches: beam.PCollection) -> Tuple[beam.PCollection]:
+    files = (
+        batches
+        | "CountPerBatch" >> beam.FlatMap(self._batch_counts)
+        | "SumCounts" >> beam.CombinePerKey(sum)
+        | "KeepFrequent" >> beam.Filter(
+            lambda item, threshold: item[1] >= threshold,
+            self._min_frequency)
+        | "Gather" >> beam.combiners.ToList()
+        | "WriteFiles" >> beam.FlatMap(self._write_files).with_outputs(
+            *self._fields))
+    return tuple(files[field] for field in self._fields)
+
+
+def _frequency_file_lookup(tokens: tf.Tensor, vocabulary_path: tf.Tensor
+                          ) -> Tuple[tf.Tensor, tf.Tensor]:
+  """(ids, table size) of tokens in a 'count token' vocabulary file."""
+  table = tf.lookup.StaticVocabularyTable(
+      tf.lookup.TextFileInitializer(
+          vocabulary_path, key_dtype=tf.string, key_index=1,
+          value_dtype=tf.int64,
+          value_index=tf.lookup.TextFileIndex.LINE_NUMBER, delimiter=" "),
+      num_oov_buckets=features.NUM_OOV_BUCKETS)
+  return table.lookup(tokens), table.size()
+
+
+def _apply_field_vocabularies(tokens: Mapping[str, tf.Tensor],
+                              min_frequency: int) -> Dict[str, tf.Tensor]:
+  """Ids of every field's tokens from ONE FieldVocabularies analyzer."""
+  fields = list(tokens)
+  # Spaces would split the 'count token' lines (as tft.vocabulary does).
+  stacked = tf_utils.maybe_format_vocabulary_input(
+      tf.stack([tokens[field] for field in fields], axis=1))
+  paths = tft.experimental.ptransform_analyzer(
+      inputs=[stacked],
+      ptransform=FieldVocabularies(fields, min_frequency),
+      output_dtypes=[tf.string] * len(fields),
+      output_shapes=[[]] * len(fields),
+      # Each file's content while the analysis has not run yet.
+      output_asset_default_values=[b"1 " + _EMPTY_VOCABULARY_TOKEN] *
+      len(fields),
+      name="field_vocabularies")
+  # num_oov_buckets only sets the schema's id range: the lookup has them.
+  return {field: tft.apply_vocabulary(
+      stacked[:, i], path, num_oov_buckets=features.NUM_OOV_BUCKETS,
+      lookup_fn=_frequency_file_lookup)
+          for i, (field, path) in enumerate(zip(fields, paths))}
+
+
 def preprocessing_fn(inputs: Mapping[str, tf.SparseTensor],
                      custom_config: Mapping[str, Any]) -> Dict[str, tf.Tensor]:
   """Maps raw features to the transformed-feature contract of features.py.
@@ -167,15 +264,9 @@ def preprocessing_fn(inputs: Mapping[str, tf.SparseTensor],
   if spec.time_field:
     tokens[features.HOUR_OF_DAY], tokens[features.WEEKDAY] = time_tokens(
         _to_dense_vector(_raw_input(inputs, spec.time_field, spec), -1))
-  for name in spec.categorical_features:
-    # tft.apply_vocabulary cannot read a frequency-stored vocabulary (it
-    # takes the 'count token' line as the token); compute_and_apply does.
-    outputs[name] = tft.compute_and_apply_vocabulary(
-        tokens[name],
-        frequency_threshold=min_frequency,
-        num_oov_buckets=features.NUM_OOV_BUCKETS,
-        vocab_filename=features.vocabulary_name(name),
-        store_frequency=True)
+  outputs.update(_apply_field_vocabularies(
+      {name: tokens[name] for name in spec.categorical_features},
+      min_frequency))
 
   if spec.label in inputs:
     outputs[spec.label] = tf.cast(

@@ -170,6 +170,11 @@ def encode_row(line: bytes, layout: RowLayout) -> bytes:
   return example_encoding.example(entries)
 
 
+def line_digest(line: bytes) -> bytes:
+  """The 8-byte fingerprint of a line that split_by_hash reads (little endian)."""
+  return hashlib.blake2b(line, digest_size=8).digest()
+
+
 def split_by_hash(line: bytes, boundaries: Sequence[int]) -> int:
   """Index of the split of a line, from a stable fingerprint of its bytes.
 
@@ -179,8 +184,7 @@ def split_by_hash(line: bytes, boundaries: Sequence[int]) -> int:
     boundaries: cumulative split sizes in buckets, e.g. [9000, 10000] for a
       90/10 train/eval split (as TFX's own partitioning uses hash_buckets).
   """
-  digest = hashlib.blake2b(line, digest_size=8).digest()
-  return bisect.bisect(boundaries, int.from_bytes(digest, "little") %
+  return bisect.bisect(boundaries, int.from_bytes(line_digest(line), "little") %
                        boundaries[-1])
 
 

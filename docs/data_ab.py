@@ -1,0 +1,88 @@
+"""A/B timing of one data-path executor, CPU seconds around its Do() only.
+
+Run it with the code under test first on PYTHONPATH, e.g.:
+  PYTHONPATH=/work/main .venv/bin/python docs/data_ab.py examplegen RAW OUT
+  PYTHONPATH=. .venv/bin/python docs/data_ab.py examplegen RAW OUT
+  PYTHONPATH=. .venv/bin/python docs/data_ab.py transform EXAMPLEGEN_OUT OUT
+On a shared machine CPU seconds compare; wall seconds mostly measure the queue.
+"""
+
+import json
+import os
+import resource
+import shutil
+import sys
+import time
+
+from tfx.types import artifact_utils
+from tfx.types import standard_artifacts
+from tfx.types import standard_component_specs as specs
+
+_BEAM_ARGS = ["--runner=FnApiRunner", "--direct_running_mode=in_memory",
+              "--direct_num_workers=1"]
+_SCHEMA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                           "schema", "criteo")
+
+
+def _cpu_seconds() -> float:
+  own = resource.getrusage(resource.RUSAGE_SELF)
+  children = resource.getrusage(resource.RUSAGE_CHILDREN)
+  return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _examplegen(raw: str, out: str):
+  from components.raw_example_gen import component, executor  # pylint: disable=g-import-not-at-top
+  gen = component.RawCtrExampleGen(
+      input_base=os.path.dirname(os.path.abspath(raw)),
+      input_pattern=os.path.basename(raw), dataset="criteo")
+  examples = standard_artifacts.Examples()
+  examples.uri = out
+  run = executor.Executor(executor.Executor.Context(
+      beam_pipeline_args=_BEAM_ARGS, tmp_dir=os.path.join(out, ".tmp"),
+      unique_id="ab"))
+  return (lambda: run.Do({}, {"examples": [examples]},
+                         dict(gen.exec_properties)),
+          lambda: examples.get_int_custom_property("rows_read"))
+
+
+def _transform(examples_uri: str, out: str):
+  from tfx.components.transform import executor  # pylint: disable=g-import-not-at-top
+  examples = standard_artifacts.Examples()
+  examples.uri = examples_uri
+  examples.split_names = artifact_utils.encode_split_names(["train", "eval"])
+  schema = standard_artifacts.Schema()
+  schema.uri = _SCHEMA_DIR
+  graph = standard_artifacts.TransformGraph()
+  graph.uri = os.path.join(out, "graph")
+  transformed = standard_artifacts.Examples()
+  transformed.uri = os.path.join(out, "examples")
+  run = executor.Executor(executor.Executor.Context(
+      beam_pipeline_args=_BEAM_ARGS, tmp_dir=os.path.join(out, ".tmp"),
+      unique_id="ab"))
+  with open(os.path.join(examples_uri, "raw_example_gen_summary.json")) as f:
+    rows = json.load(f)["rows_read"]
+  return (lambda: run.Do(
+      {specs.EXAMPLES_KEY: [examples], specs.SCHEMA_KEY: [schema]},
+      {specs.TRANSFORM_GRAPH_KEY: [graph],
+       specs.TRANSFORMED_EXAMPLES_KEY: [transformed]},
+      {specs.PREPROCESSING_FN_KEY:
+           "trainer_module.preprocessing.preprocessing_fn",
+       specs.CUSTOM_CONFIG_KEY: json.dumps({"dataset": "criteo",
+                                            "min_frequency": 10})}),
+          lambda: rows)
+
+
+def main(stage: str, source: str, out: str) -> None:
+  shutil.rmtree(out, ignore_errors=True)
+  do, rows = {"examplegen": _examplegen, "transform": _transform}[stage](
+      source, out)
+  cpu, wall = _cpu_seconds(), time.time()
+  do()
+  cpu, wall = _cpu_seconds() - cpu, time.time() - wall
+  print(f"{stage}: rows {rows()} cpu_s {cpu:.1f} rows_per_cpu_s "
+        f"{rows() / cpu:.0f} wall_s {wall:.1f} max_rss_MB "
+        f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f}")
+
+
+if __name__ == "__main__":
+  main(*sys.argv[1:])

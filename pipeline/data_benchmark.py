@@ -1,0 +1,274 @@
+"""Data-path benchmark: `python -m pipeline benchmark --stage data --rows N`.
+
+Generates N Criteo-layout rows (pipeline.generate), runs the whole pipeline
+on them in a child process (`python -m pipeline run`, a fresh output
+directory, so nothing is cached) and reports, per component, its wall time
+(from ML Metadata: an execution's creation to its last update), the rows it
+handled per second and the peak resident memory of the whole process tree
+while it ran (psutil, sampled every SAMPLE_SECONDS). The table and the exact
+command go to a markdown file (docs/benchmark_data.md by default), one
+section per run. Speed is measured here, never in timed tests.
+"""
+
+import argparse
+import dataclasses
+import datetime
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from ml_metadata.metadata_store import metadata_store
+import psutil
+from tfx import v1 as tfx
+
+from pipeline import generate
+from pipeline import report
+
+SAMPLE_SECONDS = 0.5
+DEFAULT_WORK_DIR = os.path.join("runs", "benchmark_data")
+DEFAULT_DOC = os.path.join("docs", "benchmark_data.md")
+DEFAULT_BATCH_SIZE = 16384
+# Components in pipeline order and the rows each one handles: all input
+# rows, the train split or the eval split (from ExampleGen's counts).
+COMPONENT_ROWS = (("RawCtrExampleGen", "rows_read"),
+                  ("StatisticsGen", "rows_read"),
+                  ("ImportSchemaGen", None),
+                  ("StrictExampleValidator", None),
+                  ("Transform", "rows_read"),
+                  ("Trainer", "train_rows"),
+                  ("Evaluator", "eval_rows"),
+                  ("Pusher", None))
+
+
+@dataclasses.dataclass(frozen=True)
+class ComponentTiming:
+  """One component's execution in the benchmarked run."""
+  name: str
+  start: float
+  end: float
+  rows: Optional[int]
+  peak_rss: int = 0
+
+  @property
+  def seconds(self) -> float:
+    return self.end - self.start
+
+  @property
+  def rows_per_second(self) -> Optional[float]:
+    return self.rows / self.seconds if self.rows and self.seconds else None
+
+
+class TreeMemorySampler:
+  """Samples the resident memory of a process and all its descendants."""
+
+  def __init__(self, pid: int):
+    self._root = psutil.Process(pid)
+    self.samples: List[Tuple[float, int]] = []
+    self._stop = threading.Event()
+    self._thread = threading.Thread(target=self._run, daemon=True)
+
+  def _tree_rss(self) -> int:
+    total = 0
+    for process in [self._root] + self._root.children(recursive=True):
+      try:
+        total += process.memory_info().rss
+      except psutil.Error:  # Exited between listing and reading.
+        pass
+    return total
+
+  def _run(self) -> None:
+    while not self._stop.is_set():
+      try:
+        self.samples.append((time.time(), self._tree_rss()))
+      except psutil.Error:
+        return
+      self._stop.wait(SAMPLE_SECONDS)
+
+  def __enter__(self) -> "TreeMemorySampler":
+    self._thread.start()
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self._stop.set()
+    self._thread.join()
+
+  def peak(self, start: float = 0.0, end: float = float("inf")) -> int:
+    return max((rss for t, rss in self.samples if start <= t <= end),
+               default=0)
+
+
+def component_timings(metadata_path: str,
+                      samples: TreeMemorySampler) -> List[ComponentTiming]:
+  """Wall time, rows and peak memory of each component, in pipeline order."""
+  store = metadata_store.MetadataStore(
+      tfx.orchestration.metadata.sqlite_metadata_connection_config(
+          metadata_path))
+  counts = {}
+  ingested = [a for a in store.get_artifacts_by_type("Examples")
+              if "rows_read" in a.custom_properties]
+  if ingested:
+    props = max(ingested, key=lambda a: a.id).custom_properties
+    counts = {k: props[k].int_value for k in ("rows_read", "train_rows",
+                                              "eval_rows")}
+  spans: Dict[str, Tuple[float, float]] = {}
+  for execution in store.get_executions():
+    node = next((c.name for c in store.get_contexts_by_execution(execution.id)
+                 if c.type == "node"), None)
+    if node is None:
+      continue
+    name = node.rsplit(".", 1)[-1]
+    spans[name] = (execution.create_time_since_epoch / 1000,
+                   execution.last_update_time_since_epoch / 1000)
+  timings = []
+  for name, rows_key in COMPONENT_ROWS:
+    if name in spans:
+      start, end = spans[name]
+      timings.append(ComponentTiming(
+          name, start, end, counts.get(rows_key) if rows_key else None,
+          samples.peak(start, end)))
+  return timings
+
+
+def _gib(n: int) -> str:
+  return f"{n / 2**30:.2f}"
+
+
+def format_table(timings: Sequence[ComponentTiming]) -> str:
+  """Markdown table: component, seconds, rows, rows/s, peak RSS (GiB)."""
+  lines = ["| component | wall s | rows | rows/s | peak RSS of the tree, GiB |",
+           "| --- | ---: | ---: | ---: | ---: |"]
+  for t in timings:
+    rate = f"{t.rows_per_second:,.0f}" if t.rows_per_second else ""
+    rows = f"{t.rows:,}" if t.rows else ""
+    lines.append(f"| {t.name} | {t.seconds:.1f} | {rows} | {rate} | "
+                 f"{_gib(t.peak_rss)} |")
+  return "\n".join(lines)
+
+
+def ingest_to_transform(timings: Sequence[ComponentTiming]
+                       ) -> Optional[Tuple[float, float]]:
+  """(seconds, rows/s) from ExampleGen's start to Transform's end."""
+  by_name = {t.name: t for t in timings}
+  first, last = by_name.get("RawCtrExampleGen"), by_name.get("Transform")
+  if not first or not last or not first.rows:
+    return None
+  seconds = last.end - first.start
+  return seconds, first.rows / seconds
+
+
+def run_data_benchmark(rows: int, work_dir: str, dataset: str = "criteo",
+                       batch_size: int = DEFAULT_BATCH_SIZE, epochs: int = 1,
+                       extra_run_args: Sequence[str] = ()) -> Dict:
+  """Generates the data (reused if present), runs the pipeline, measures."""
+  data = os.path.join(work_dir, "data", f"{dataset}_{rows}.txt")
+  generate_seconds = None
+  if not os.path.exists(data):
+    started = time.time()
+    generate.write_synthetic(dataset, rows, 1, data)
+    generate_seconds = time.time() - started
+  output = os.path.join(work_dir, f"run_{dataset}_{rows}")
+  shutil.rmtree(output, ignore_errors=True)
+  command = [sys.executable, "-m", "pipeline", "run", "--dataset", dataset,
+             "--data", data, "--output", output, "--batch-size",
+             str(batch_size), "--epochs", str(epochs), *extra_run_args]
+  started = time.time()
+  child = subprocess.Popen(command)
+  with TreeMemorySampler(child.pid) as samples:
+    status = child.wait()
+  seconds = time.time() - started
+  metadata_path = os.path.join(output, "metadata.sqlite")
+  timings = component_timings(metadata_path, samples)
+  auc = None
+  outcome_evaluation = None
+  if any(t.name == "Evaluator" for t in timings):
+    from pipeline import runner  # pylint: disable=g-import-not-at-top
+    outcome_evaluation = runner.read_outcome_at(metadata_path).evaluation
+  if outcome_evaluation:
+    auc = report.read_evaluation(outcome_evaluation).overall.get("auc")
+  return {"rows": rows, "dataset": dataset, "command": command,
+          "exit_status": status, "seconds": seconds,
+          "generate_seconds": generate_seconds, "timings": timings,
+          "peak_rss": samples.peak(), "auc": auc,
+          "load_average": os.getloadavg()}
+
+
+def format_result(result: Dict) -> str:
+  """The markdown section of one run."""
+  when = datetime.datetime.now(datetime.timezone.utc).strftime(
+      "%Y-%m-%d %H:%M UTC")
+  lines = [f"## {result['rows']:,} {result['dataset']} rows ({when})", "",
+           f"Pipeline: `{' '.join(result['command'][1:])}`", "",
+           format_table(result["timings"]), ""]
+  span = ingest_to_transform(result["timings"])
+  if span:
+    lines.append(f"- ExampleGen start to Transform end: {span[0]:.1f} s, "
+                 f"{span[1]:,.0f} rows/s")
+  lines += [f"- whole run: {result['seconds']:.1f} s, exit status "
+            f"{result['exit_status']}, peak RSS of the process tree "
+            f"{_gib(result['peak_rss'])} GiB",
+            f"- overall eval AUC: {result['auc']:.4f}" if result["auc"]
+            else "- overall eval AUC: (no evaluation)",
+            "- load average at the end (1, 5, 15 min): " +
+            ", ".join(f"{x:.1f}" for x in result["load_average"])]
+  if result["generate_seconds"]:
+    lines.append(f"- generating the data took {result['generate_seconds']:.1f}"
+                 f" s ({result['rows'] / result['generate_seconds']:,.0f} "
+                 "rows/s)")
+  return "\n".join(lines) + "\n"
+
+
+def append_to_doc(path: str, section: str, command: str) -> None:
+  """Appends a run's section (and the command that made it) to `path`."""
+  os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+  new = not os.path.exists(path)
+  with open(path, "a") as f:
+    if new:
+      f.write("# Data-path benchmark\n\nWritten by `python -m pipeline "
+              "benchmark --stage data` (pipeline/data_benchmark.py): wall "
+              "time per component from ML Metadata, rows/s, peak resident "
+              "memory of the whole process tree (sampled every "
+              f"{SAMPLE_SECONDS} s).\n\n")
+    f.write(f"Command: `{command}`\n\n{section}\n")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+  """Flags of `benchmark --stage data` (--rows and --dataset are shared)."""
+  parser.add_argument("--work-dir", default=DEFAULT_WORK_DIR,
+                      help="[data] generated data and pipeline output")
+  parser.add_argument("--doc", default=DEFAULT_DOC,
+                      help="[data] markdown file the results are appended to")
+  parser.add_argument("--data-batch-size", type=int,
+                      default=DEFAULT_BATCH_SIZE,
+                      help="[data] the run's --batch-size")
+  parser.add_argument("--run-arg", dest="run_args", action="append",
+                      default=[], help="[data] extra `pipeline run` flag "
+                      "(repeatable), e.g. --run-arg=--beam-arg=--"
+                      "direct_num_workers=2")
+
+
+def command_line(args: argparse.Namespace) -> str:
+  """The `python -m pipeline benchmark --stage data` command of these flags."""
+  parts = ["python -m pipeline benchmark --stage data", f"--rows {args.rows}"]
+  defaults = (("dataset", "criteo"), ("work_dir", DEFAULT_WORK_DIR),
+              ("doc", DEFAULT_DOC), ("data_batch_size", DEFAULT_BATCH_SIZE))
+  for name, default in defaults:
+    if getattr(args, name) != default:
+      parts.append(f"--{name.replace('_', '-')} {getattr(args, name)}")
+  parts += [f"--run-arg={arg}" for arg in args.run_args]
+  return " ".join(parts)
+
+
+def main(args: argparse.Namespace) -> int:
+  """Runs the data benchmark from parsed flags; prints and writes it."""
+  result = run_data_benchmark(args.rows, args.work_dir, args.dataset,
+                              args.data_batch_size,
+                              extra_run_args=args.run_args)
+  section = format_result(result)
+  print(section)
+  append_to_doc(args.doc, section, command_line(args))
+  print(f"wrote {args.doc}")
+  return 0 if result["exit_status"] in (0, 3) else 1
