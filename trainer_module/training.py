@@ -384,7 +384,7 @@ class CowClipTrainer:
                     tf.reduce_sum(tf.square(tf.gather(wide, rows)))]
     return config.l2 * tf.add_n(squares)
 
-  def _table_gradients(self, features, data_gradients, config):
+  def table_gradients(self, features, data_gradients, config):
     """Gradients of the tables (data loss + L2, CowClip) and the L2 term.
 
     One row per distinct id of the batch: each field's ids are deduplicated
@@ -455,7 +455,7 @@ class CowClipTrainer:
       logloss = _mean_log_loss(labels, logits)
     # The L2 term's gradient (2 * l2 * W) is added per row, not taped.
     gradients = tape.gradient(logloss, tables + dense)
-    table_gradients, l2_term, clipped, batch_ids = self._table_gradients(
+    table_gradients, l2_term, clipped, batch_ids = self.table_gradients(
         features, gradients[:len(tables)], config)
     if config.cowclip:
       batch_ids = tf.cast(tf.add_n(batch_ids), tf.float32)
