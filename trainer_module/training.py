@@ -21,8 +21,11 @@ CowClip paper and its reference implementation (bytedance/LargeBatchCTR) do:
     and LazyAdam touches only those rows. Much less work per step with big
     vocabularies; a different algorithm (rows of absent ids do not move).
 * CowClip: the gradient of every DEEP table (loss + L2 term, as the
-  reference clips it) goes through cowclip.clip_embedding_gradient with the
-  field's ids of the batch. Wide tables and dense weights are not clipped.
+  reference clips it) is clipped with the field's ids of the batch
+  (cowclip.clip_rows on the batch's rows: absent rows are never clipped, so
+  that is the whole table's clip). Wide tables and dense weights are not
+  clipped. Both updates work on one row per distinct id (see
+  CowClipTrainer.table_gradients) and the dense one applies a fused Adam.
 * Tracked metrics: ``loss`` (the objective above), ``logloss`` (its BCE part,
   the CTR metric) and ``auc``, the same in train_step and test_step. (A
   custom Keras 3 train_step has to track its loss itself.) With CowClip on,
@@ -33,7 +36,7 @@ CowClip paper and its reference implementation (bytedance/LargeBatchCTR) do:
   CTRModel.fit always adds), rather than exporting a broken model.
 
 XLA (``jit_compile``, default None = decide): the dense update compiles
-(fixed shapes: the id counts are a fixed-size segment sum) and XLA fuses its
+(tf.unique of the batch's ids has a bounded dynamic shape) and XLA fuses its
 [V, d]-wide L2, clip and Adam element-wise work, but on CPU XLA runs those
 fused loops on one thread while TensorFlow's kernels use every core.
 Measured here (DeepFM, Criteo-like 26 fields / 537k rows, 2 shared
