@@ -1,11 +1,11 @@
-"""Training-speed benchmark: seconds per step and examples/s of the real step.
+"""Training-speed benchmark: examples/s of the real step, and where it goes.
 
 `python -m pipeline benchmark` times the training step the Trainer runs
 (models.build_model + training.compile_model + model.fit) on in-memory
-transformed features, for every batch size with CowClip on and off and with
-the 'dense' and 'sparse' embedding updates, and again with every vocabulary
-10x larger at the first batch size (the dense update's cost grows with the
-table size, the sparse update's should not).
+transformed features, for every batch size, precision (ModelOptions.
+precision), embedding update ('dense', 'sparse') and CowClip on/off, and
+again with every vocabulary 10x larger at the first batch size (the dense
+update's cost grows with the table size, the sparse update's should not).
 
 Inputs: a raw file in the dataset's layout (generated with pipeline.generate
 when none is given) is turned into what Transform would write, in memory:
@@ -19,11 +19,26 @@ timed: it runs once per dataset.
 Timing: one fit of ``warmup_steps + steps`` steps; the clock starts at the
 end of the last warm-up step, so tracing and graph building (the first step)
 are excluded, and stops at the end of the last step.
+
+Where the step goes: after the fit, the parts of the step are timed alone
+on one batch of the same model (component_seconds): the MLP (DNN + output
+layer, forward and backward), the embedding lookups (forward and backward),
+the optimizer (the tables' gradients from the lookups' slices, L2, both
+Adams) and CowClip (id counts, row norms, clipping). Their shares of the
+measured step do not add up to 1: the rest is FM, loss, metrics, the
+gradient tape's glue and per-step dispatch.
+
+Arithmetic rate: the matrix products of the MLP and cross layers cost
+6 * (weights of each kernel) FLOP per example (forward, and the two
+products of the backward pass); at the measured examples/s that is the
+step's achieved GFLOP/s, reported next to the machine's peak, measured in
+the same run with a plain square matmul in the case's precision.
 """
 
 import argparse
 import csv
 import dataclasses
+import math
 import os
 import tempfile
 import time
@@ -36,15 +51,19 @@ import tensorflow as tf
 
 from pipeline import data_benchmark
 from pipeline import generate
+from trainer_module import cowclip
 from trainer_module import features
 from trainer_module import models
 from trainer_module import preprocessing
 from trainer_module import scaling
 from trainer_module import training
 
-COLUMNS = ("model", "batch_size", "embedding_update", "cowclip",
+COLUMNS = ("model", "batch_size", "precision", "embedding_update", "cowclip",
            "vocab_scale", "vocab_rows", "steps", "seconds_per_step",
-           "examples_per_second")
+           "examples_per_second", "gflops_per_second", "matmul_peak_gflops",
+           "mlp_share", "embedding_share", "optimizer_share",
+           "cowclip_share")
+COMPONENTS = ("mlp", "embedding", "optimizer", "cowclip")
 DEFAULT_BATCH_SIZES = (1024, 8192)
 DEFAULT_ROWS = 200_000
 DEFAULT_VOCAB_SCALE = 10
@@ -70,6 +89,7 @@ class BenchmarkCase:
   embedding_update: str
   cowclip: bool
   vocab_scale: int = 1
+  precision: str = "float32"
 
 
 def _frequency_ids(tokens: pd.Series,
@@ -126,17 +146,128 @@ def load_transformed(spec: features.DatasetSpec, path: str,
 
 
 def benchmark_cases(batch_sizes: Sequence[int],
-                    vocab_scale: int = DEFAULT_VOCAB_SCALE
+                    vocab_scale: int = DEFAULT_VOCAB_SCALE,
+                    precisions: Sequence[str] = ("float32",)
                    ) -> List[BenchmarkCase]:
-  """Every batch x update x CowClip, then the larger vocabulary at the first
-  batch size (vocab_scale 1 skips those)."""
-  cases = [BenchmarkCase(b, update, clip) for b in batch_sizes
-           for update in training.EMBEDDING_UPDATES for clip in (True, False)]
+  """Every batch x precision x update x CowClip, then the larger vocabulary
+  at the first batch size (vocab_scale 1 skips those)."""
+  cases = [BenchmarkCase(b, update, clip, precision=p) for b in batch_sizes
+           for p in precisions for update in training.EMBEDDING_UPDATES
+           for clip in (True, False)]
   if vocab_scale > 1:
-    cases += [BenchmarkCase(batch_sizes[0], update, clip, vocab_scale)
-              for update in training.EMBEDDING_UPDATES
+    cases += [BenchmarkCase(batch_sizes[0], update, clip, vocab_scale, p)
+              for p in precisions for update in training.EMBEDDING_UPDATES
               for clip in (True, False)]
   return cases
+
+
+def matmul_peak_gflops(precision: str, size: int = 2048,
+                       repeats: int = 5) -> float:
+  """This machine's matrix-product rate now: best of 3 rounds of a plain
+  [size, size] x [size, size] matmul in the precision's compute dtype."""
+  dtype = tf.bfloat16 if precision == "mixed_bfloat16" else tf.float32
+  a = tf.cast(tf.random.normal([size, size], seed=1), dtype)
+  b = tf.cast(tf.random.normal([size, size], seed=2), dtype)
+  product = tf.function(tf.matmul)
+  product(a, b).numpy()
+  best = math.inf
+  for _ in range(3):
+    start = time.perf_counter()
+    for _ in range(repeats):
+      result = product(a, b)
+    result.numpy()
+    best = min(best, (time.perf_counter() - start) / repeats)
+  return 2 * size**3 / best / 1e9
+
+
+def mlp_flops_per_example(model: models.CTRModel) -> int:
+  """FLOP of the MLP's and cross layers' matrix products per training
+  example: 2 per weight forward, 4 backward (input and weight gradients)."""
+  kernels = [v for layer in (model.dnn, model.interaction, model.deep_logit)
+             if layer is not None for v in layer.trainable_variables
+             if len(v.shape) == 2]
+  return 6 * sum(int(np.prod(v.shape)) for v in kernels)
+
+
+def _seconds_per_call(function, repeats: int) -> float:
+  """Mean seconds of ``function()`` after one untimed (tracing) call."""
+  function()
+  start = time.perf_counter()
+  for _ in range(repeats):
+    result = function()
+  tf.nest.map_structure(
+      lambda t: t.numpy() if hasattr(t, "numpy") else t, result)
+  return (time.perf_counter() - start) / repeats
+
+
+def component_seconds(model: models.CTRModel, features: Mapping[str, object],
+                      repeats: int) -> Dict[str, float]:
+  """Seconds of each part of a compiled model's training step, timed alone
+  on the batch ``features`` (see the module doc). Runs the optimizers:
+  the model's weights change."""
+  config = model.training_config
+  tables, dense = model.split_variables()
+  ids = [model.field_ids(features, field) for field in model.fields]
+  batch = int(ids[0].shape[0])
+  deep_input = tf.random.uniform([batch, model.deep_input_dim], seed=3)
+  mlp_layers = [model.dnn, model.deep_logit]
+  mlp_weights = [v for layer in mlp_layers for v in layer.trainable_variables]
+
+  @tf.function
+  def mlp():
+    with tf.GradientTape() as tape:
+      tape.watch(deep_input)
+      out = tf.reduce_sum(tf.cast(
+          model.deep_logit(model.dnn(deep_input)), tf.float32))
+    return tape.gradient(out, [deep_input] + mlp_weights)
+
+  @tf.function
+  def embeddings():
+    with tf.GradientTape() as tape:
+      total = tf.add_n([
+          tf.reduce_sum(table(i)) for layers in
+          (model.deep_embeddings, model.wide_embeddings)
+          for table, i in zip(layers, ids)])
+    return tape.gradient(total, tables)
+
+  data_gradients = embeddings()
+  no_clip = dataclasses.replace(config, cowclip=False)
+  zero_dense = [tf.zeros_like(v) for v in dense]
+
+  @tf.function
+  def optimizer():
+    gradients = model.table_gradients(features, data_gradients, no_clip)[0]
+    model.embedding_optimizer.apply(gradients, tables)
+    model.optimizer.apply(zero_dense, dense)
+    return model.optimizer.iterations
+
+  seconds = {"mlp": _seconds_per_call(mlp, repeats),
+             "embedding": _seconds_per_call(embeddings, repeats),
+             "optimizer": _seconds_per_call(optimizer, repeats),
+             "cowclip": 0.0}
+  if config.cowclip:
+    # CowClip's own work on each deep table's batch rows (cowclip.clip_rows
+    # and its inputs), after the step's shared unique/sum/gather.
+    rows = []
+    for i, (_, deep, _) in enumerate(model.embedding_tables()):
+      unique, position = tf.unique(ids[i])
+      count = tf.size(unique)
+      rows.append((position, count, tf.gather(deep, unique),
+                   tf.math.unsorted_segment_sum(
+                       tf.convert_to_tensor(data_gradients[2 * i].values),
+                       position, count)))
+
+    @tf.function
+    def clip():
+      return [cowclip.clip_rows(
+          gradient, tf.math.unsorted_segment_sum(
+              tf.ones_like(position, tf.float32), position, count),
+          tf.norm(weights, axis=-1), config.r, config.zeta,
+          config.cowclip_variant).gradient
+              for position, count, weights, gradient in rows]
+
+    seconds["cowclip"] = _seconds_per_call(clip, repeats)
+  return seconds
 
 
 class _StepClock(keras.callbacks.Callback):
@@ -153,11 +284,14 @@ class _StepClock(keras.callbacks.Callback):
 def time_training_step(model_name: str, spec: features.DatasetSpec,
                        data: TransformedData, case: BenchmarkCase,
                        options: models.ModelOptions, warmup_steps: int,
-                       steps: int) -> Dict[str, object]:
+                       steps: int, matmul_peak: Optional[float] = None,
+                       components: bool = True) -> Dict[str, object]:
   """Times ``steps`` training steps of one case after ``warmup_steps``.
 
   The hyperparameters are the dataset's base ones scaled to the batch with
-  the CowClip rule (they do not change the cost of a step).
+  the CowClip rule (they do not change the cost of a step). With
+  ``components``, the step's parts are then timed alone (min(steps, 10)
+  repeats each) and reported as shares of the step.
   """
   if warmup_steps < 1 or steps < 1:
     raise ValueError(f"warmup_steps and steps must be >= 1, got "
@@ -167,6 +301,7 @@ def time_training_step(model_name: str, spec: features.DatasetSpec,
                      f"{data.rows} benchmark rows; use more --rows")
   vocab_sizes = {f: v * case.vocab_scale for f, v in data.vocab_sizes.items()}
   keras.utils.set_random_seed(0)
+  options = dataclasses.replace(options, precision=case.precision)
   model = models.build_model(model_name, vocab_sizes, data.dense_features,
                              options)
   hparams = scaling.scale_hparams("cowclip", spec.base_hparams,
@@ -181,12 +316,22 @@ def time_training_step(model_name: str, spec: features.DatasetSpec,
   model.fit(dataset, epochs=1, steps_per_epoch=warmup_steps + steps,
             callbacks=[clock], verbose=0)
   seconds = clock.ends[-1] - clock.ends[warmup_steps - 1]
-  return {"model": model_name, "batch_size": case.batch_size,
-          "embedding_update": case.embedding_update,
-          "cowclip": case.cowclip, "vocab_scale": case.vocab_scale,
-          "vocab_rows": sum(vocab_sizes.values()), "steps": steps,
-          "seconds_per_step": seconds / steps,
-          "examples_per_second": steps * case.batch_size / seconds}
+  step = seconds / steps
+  rate = steps * case.batch_size / seconds
+  result = {"model": model_name, "batch_size": case.batch_size,
+            "precision": case.precision,
+            "embedding_update": case.embedding_update,
+            "cowclip": case.cowclip, "vocab_scale": case.vocab_scale,
+            "vocab_rows": sum(vocab_sizes.values()), "steps": steps,
+            "seconds_per_step": step, "examples_per_second": rate,
+            "gflops_per_second": mlp_flops_per_example(model) * rate / 1e9,
+            "matmul_peak_gflops": matmul_peak}
+  if components:
+    batch_features, _ = next(iter(dataset))
+    parts = component_seconds(model, batch_features, min(steps, 10))
+    result.update({f"{name}_share": parts[name] / step
+                   for name in COMPONENTS})
+  return result
 
 
 def run_benchmark(dataset: str, model_name: str, batch_sizes: Sequence[int],
@@ -195,7 +340,8 @@ def run_benchmark(dataset: str, model_name: str, batch_sizes: Sequence[int],
                   vocab_scale: int = DEFAULT_VOCAB_SCALE,
                   options: models.ModelOptions = models.ModelOptions(),
                   warmup_steps: int = 3, steps: int = 20,
-                  seed: int = 1) -> List[Dict[str, object]]:
+                  seed: int = 1, precisions: Sequence[str] = ("float32",),
+                  components: bool = True) -> List[Dict[str, object]]:
   """Times every case of benchmark_cases; one result dict per case.
 
   Args:
@@ -207,16 +353,22 @@ def run_benchmark(dataset: str, model_name: str, batch_sizes: Sequence[int],
     rows: rows to generate when no data_path is given.
     min_frequency: vocabulary threshold (None: the dataset's default).
     vocab_scale: factor of the larger-vocabulary cases (1: none).
-    options: model architecture.
+    options: model architecture (its precision is each case's).
     warmup_steps: untimed steps first (>= 1: the first step traces).
     steps: timed steps per case.
     seed: seed of the generated rows.
+    precisions: models.PRECISIONS to time.
+    components: also time the parts of each step (component_seconds).
   """
   spec = features.get_spec(dataset)
   if not batch_sizes or any(b <= 0 for b in batch_sizes):
     raise ValueError(f"batch sizes must be positive, got {batch_sizes}")
   if vocab_scale < 1:
     raise ValueError(f"vocab_scale must be >= 1, got {vocab_scale}")
+  unknown = sorted(set(precisions) - set(models.PRECISIONS))
+  if not precisions or unknown:
+    raise ValueError(f"precisions must be some of {models.PRECISIONS}, got "
+                     f"{list(precisions)}")
   threshold = spec.min_frequency if min_frequency is None else min_frequency
   if data_path is None:
     with tempfile.TemporaryDirectory() as tmp:
@@ -225,23 +377,31 @@ def run_benchmark(dataset: str, model_name: str, batch_sizes: Sequence[int],
       data = load_transformed(spec, path, threshold)
   else:
     data = load_transformed(spec, data_path, threshold)
+  peaks = {p: matmul_peak_gflops(p) for p in precisions}
   return [time_training_step(model_name, spec, data, case, options,
-                             warmup_steps, steps)
-          for case in benchmark_cases(batch_sizes, vocab_scale)]
+                             warmup_steps, steps, peaks[case.precision],
+                             components)
+          for case in benchmark_cases(batch_sizes, vocab_scale, precisions)]
 
 
 def format_table(results: Sequence[Mapping[str, object]]) -> str:
-  """A fixed-width text table of benchmark results."""
-  header = ("model", "batch", "update", "cowclip", "vocab", "vocab rows",
-            "s/step", "examples/s")
-  lines = ["{:<7} {:>6} {:<7} {:<7} {:>5} {:>10} {:>8} {:>11}".format(
-      *header)]
+  """A fixed-width text table of benchmark results (shares in %)."""
+  header = ("model", "batch", "precision", "update", "cowclip", "vocab",
+            "vocab rows", "s/step", "examples/s", "GFLOP/s", "peak", "mlp%",
+            "emb%", "opt%", "clip%")
+  row = ("{:<7} {:>6} {:<14} {:<7} {:<7} {:>5} {:>10} {:>8} {:>11} {:>7} "
+         "{:>5} {:>4} {:>4} {:>4} {:>5}")
+  lines = [row.format(*header)]
   for r in results:
-    lines.append("{:<7} {:>6} {:<7} {:<7} {:>5} {:>10,} {:>8.4f} {:>11,.0f}"
-                 .format(r["model"], r["batch_size"], r["embedding_update"],
-                         "on" if r["cowclip"] else "off",
-                         f"x{r['vocab_scale']}", r["vocab_rows"],
-                         r["seconds_per_step"], r["examples_per_second"]))
+    shares = [f"{100 * r[f'{name}_share']:.0f}" if f"{name}_share" in r
+              else "-" for name in COMPONENTS]
+    lines.append(row.format(
+        r["model"], r["batch_size"], r["precision"], r["embedding_update"],
+        "on" if r["cowclip"] else "off", f"x{r['vocab_scale']}",
+        f"{r['vocab_rows']:,}", f"{r['seconds_per_step']:.4f}",
+        f"{r['examples_per_second']:,.0f}", f"{r['gflops_per_second']:.1f}",
+        "-" if r["matmul_peak_gflops"] is None else
+        f"{r['matmul_peak_gflops']:.0f}", *shares))
   return "\n".join(lines)
 
 
@@ -250,7 +410,7 @@ def write_csv(results: Sequence[Mapping[str, object]], path: str) -> None:
   directory = os.path.dirname(os.path.abspath(path))
   os.makedirs(directory, exist_ok=True)
   with open(path, "w", newline="") as f:
-    writer = csv.DictWriter(f, fieldnames=COLUMNS)
+    writer = csv.DictWriter(f, fieldnames=COLUMNS, restval="")
     writer.writeheader()
     writer.writerows(results)
 
@@ -265,6 +425,16 @@ def parse_int_list(text: str) -> List[int]:
   if not values or any(v <= 0 for v in values):
     raise argparse.ArgumentTypeError(
         f"expected positive integers, got {text!r}")
+  return values
+
+
+def parse_name_list(text: str) -> List[str]:
+  """'float32,mixed_bfloat16' -> a list of precisions (argparse type)."""
+  values = [v.strip() for v in text.split(",") if v.strip()]
+  unknown = sorted(set(values) - set(models.PRECISIONS))
+  if not values or unknown:
+    raise argparse.ArgumentTypeError(
+        f"expected some of {','.join(models.PRECISIONS)}, got {text!r}")
   return values
 
 
@@ -296,6 +466,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
   parser.add_argument("--warmup-steps", type=int, default=3)
   parser.add_argument("--steps", type=int, default=20,
                       help="timed steps per case")
+  parser.add_argument("--precisions", type=parse_name_list,
+                      default=["float32"],
+                      help="comma-separated, some of "
+                      f"{','.join(models.PRECISIONS)}")
+  parser.add_argument("--no-components", dest="components",
+                      action="store_false",
+                      help="skip timing the parts of each step")
   parser.add_argument("--output", default=None, help="write a CSV here")
 
 
@@ -309,7 +486,8 @@ def main(args: argparse.Namespace) -> int:
       args.dataset, args.model, args.batch_sizes, data_path=args.data,
       rows=args.rows, min_frequency=args.min_frequency,
       vocab_scale=args.vocab_scale, options=options,
-      warmup_steps=args.warmup_steps, steps=args.steps)
+      warmup_steps=args.warmup_steps, steps=args.steps,
+      precisions=args.precisions, components=args.components)
   print(format_table(results))
   if args.output:
     write_csv(results, args.output)

@@ -41,7 +41,7 @@ def _names(text: str) -> tuple:
 
 # CLI flag (dest) -> ModelOptions field; unset flags keep the defaults.
 MODEL_OPTION_FLAGS = ("embedding_dim", "hidden_units", "cross_layers",
-                      "dcnv2_low_rank")
+                      "dcnv2_low_rank", "precision")
 
 
 def add_input_arguments(parser: argparse.ArgumentParser,
@@ -124,6 +124,10 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
   parser.add_argument("--cross-layers", type=int, default=None)
   parser.add_argument("--dcnv2-low-rank", type=int, default=None,
                       help="DCNv2 mixture of low-rank experts of this rank")
+  parser.add_argument("--precision", default=None, choices=models.PRECISIONS,
+                      help="dtype policy of the DNN/cross layers (default "
+                      "float32; mixed_bfloat16 pays only with bf16 matrix "
+                      "units, see docs/benchmark.md)")
   parser.add_argument("--beam-arg", dest="beam_args", action="append",
                       default=None, help="extra Beam pipeline argument "
                       "(repeatable), e.g. --beam-arg=--direct_num_workers=2")

@@ -140,6 +140,7 @@ def clip_embedding_gradient(gradient: Gradient, embeddings, ids: tf.Tensor,
     unique_ids, position = tf.unique(gradient.indices)
     rows = tf.math.unsorted_segment_sum(gradient.values, position,
                                         tf.size(unique_ids))
+    rows.set_shape([None, dim])
     counts = tf.gather(id_counts(ids, vocab_size, rows.dtype), unique_ids)
     weight_norms = tf.norm(tf.gather(embeddings, unique_ids), axis=-1)
   else:
@@ -150,17 +151,45 @@ def clip_embedding_gradient(gradient: Gradient, embeddings, ids: tf.Tensor,
     counts = id_counts(ids, vocab_size, rows.dtype)
     weight_norms = tf.norm(embeddings, axis=-1)
 
-  thresholds = _thresholds(counts, tf.cast(weight_norms, rows.dtype), r, zeta,
-                           dim, variant)
+  result = clip_rows(rows, counts, weight_norms, r, zeta, variant)
+  if isinstance(gradient, tf.IndexedSlices):
+    return result._replace(gradient=tf.IndexedSlices(
+        result.gradient, unique_ids, gradient.dense_shape))
+  return result
+
+
+def clip_rows(rows: tf.Tensor, counts: tf.Tensor, weight_norms: tf.Tensor,
+              r: float, zeta: float, variant: str = "paper") -> ClipResult:
+  """CowClip on gradient rows whose counts and weight norms are known.
+
+  The core of clip_embedding_gradient, for a caller that already has one
+  gradient row per id (e.g. the training step, which deduplicates the
+  batch's ids once per field and gathers their weight rows once): no id
+  count over the vocabulary, no second tf.unique.
+
+  Args:
+    rows: [n, d] gradient rows (summed over each id's occurrences).
+    counts: [n] occurrences in the batch of each row's id (0: absent, the
+      row is returned unchanged).
+    weight_norms: [n] ||W_k|| of each row's embedding.
+    r, zeta, variant: as in clip_embedding_gradient (not checked here).
+
+  Returns:
+    A ClipResult with the clipped [n, d] rows.
+  """
+  dim = rows.shape[-1]
+  if dim is None:
+    raise ValueError("CowClip gradient rows need a known width d")
+  thresholds = _thresholds(tf.cast(counts, rows.dtype),
+                           tf.cast(weight_norms, rows.dtype), r, zeta, dim,
+                           variant)
   grad_norms = tf.norm(rows, axis=-1)
   in_batch = counts > 0
   clipped = in_batch & (grad_norms > thresholds)
   factors = tf.where(clipped, tf.math.divide_no_nan(thresholds, grad_norms),
                      tf.ones_like(grad_norms))
-  rows = rows * factors[:, tf.newaxis]
-  if isinstance(gradient, tf.IndexedSlices):
-    rows = tf.IndexedSlices(rows, unique_ids, gradient.dense_shape)
-  return ClipResult(rows, tf.math.count_nonzero(clipped, dtype=tf.int32),
+  return ClipResult(rows * factors[:, tf.newaxis],
+                    tf.math.count_nonzero(clipped, dtype=tf.int32),
                     tf.math.count_nonzero(in_batch, dtype=tf.int32))
 
 

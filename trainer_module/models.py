@@ -38,6 +38,8 @@ import tensorflow as tf
 from trainer_module import training
 
 MODELS = ("deepfm", "wdl", "dcn", "dcnv2")
+# Keras dtype policies of the DNN and cross layers (see ModelOptions).
+PRECISIONS = ("float32", "mixed_bfloat16")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +64,13 @@ class ModelOptions:
       paper's learning rates keep their meaning; He init (he_normal) would
       suit the ReLU stack in theory but gives 2x larger initial activations
       than the setting the scaled hyperparameters were tuned for.
+    precision: dtype policy of the DNN and cross layers, the matrix
+      products. "mixed_bfloat16" computes them in bfloat16 with float32
+      weights (Keras mixed precision), so their gradients, the embedding
+      tables, the FM term, the logit, CowClip and the L2 term stay float32
+      (bf16 keeps float32's exponent range: no loss scaling, zeta keeps its
+      meaning). The same code runs on a GPU. Whether it is faster depends on
+      the hardware (bf16 matrix units); see docs/benchmark.md.
   """
   embedding_dim: int = 10
   hidden_units: Tuple[int, ...] = (400, 400, 400)
@@ -70,6 +79,7 @@ class ModelOptions:
   dcnv2_experts: int = 4
   embedding_stddev: float = 1e-2
   dense_initializer: str = "glorot_normal"
+  precision: str = "float32"
 
   def __post_init__(self):
     # Accept lists (e.g. from a JSON config) but keep the dataclass hashable.
@@ -86,6 +96,9 @@ class ModelOptions:
       raise ValueError("ModelOptions.embedding_stddev must be > 0, got "
                        f"{self.embedding_stddev!r}")
     keras.initializers.get(self.dense_initializer)  # Fails early if unknown.
+    if self.precision not in PRECISIONS:
+      raise ValueError(f"ModelOptions.precision must be one of {PRECISIONS}, "
+                       f"got {self.precision!r}")
 
 
 def _check_positive_int(name: str, value) -> None:
@@ -268,19 +281,22 @@ class CTRModel(training.CowClipTrainer, keras.Model):
     self.dense_linear = keras.layers.Dense(
         1, use_bias=False, kernel_initializer=options.dense_initializer,
         name="linear_dense") if self.dense_features else None
+    precision = options.precision
     self.dnn = keras.Sequential(
         [keras.layers.Dense(units, activation="relu",
                             kernel_initializer=options.dense_initializer,
-                            name=f"dnn_{i}")
+                            name=f"dnn_{i}", dtype=precision)
          for i, units in enumerate(options.hidden_units)], name="dnn")
     self.interaction = {
         "deepfm": lambda: FactorizationMachine(name="fm"),
         "wdl": lambda: None,
         "dcn": lambda: CrossNetwork(
-            options.cross_layers, options.dense_initializer, name="cross"),
+            options.cross_layers, options.dense_initializer, name="cross",
+            dtype=precision),
         "dcnv2": lambda: MatrixCrossNetwork(
             options.cross_layers, options.dcnv2_low_rank,
-            options.dcnv2_experts, options.dense_initializer, name="cross"),
+            options.dcnv2_experts, options.dense_initializer, name="cross",
+            dtype=precision),
     }[architecture]()
     # The logit of the DNN output (DCN/DCN-V2: of [cross output, DNN output]).
     self.deep_logit = keras.layers.Dense(

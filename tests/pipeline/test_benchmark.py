@@ -10,6 +10,7 @@ from pipeline import benchmark
 from pipeline import cli
 from pipeline import generate
 from trainer_module import features
+from trainer_module import models
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +73,24 @@ def test_cases_cover_batch_update_cowclip_and_larger_vocabularies():
   assert all(c.vocab_scale == 1 for c in benchmark.benchmark_cases([64], 1))
 
 
+def test_cases_cover_each_precision():
+  cases = benchmark.benchmark_cases([64], 1, models.PRECISIONS)
+  assert {c.precision for c in cases} == set(models.PRECISIONS)
+  assert len(cases) == 2 * 2 * len(models.PRECISIONS)
+  assert benchmark.parse_name_list("float32, mixed_bfloat16") == [
+      "float32", "mixed_bfloat16"]
+  with pytest.raises(argparse.ArgumentTypeError, match="float16"):
+    benchmark.parse_name_list("float16")
+
+
+def test_mlp_flops_count_the_three_matrix_products_per_weight():
+  model = models.build_model(
+      "deepfm", {"a": 5, "b": 3}, ("x",),
+      models.ModelOptions(embedding_dim=2, hidden_units=(4, 3)))
+  # DNN input 2 * 2 + 1 = 5: kernels 5x4, 4x3 and the 3x1 output layer.
+  assert benchmark.mlp_flops_per_example(model) == 6 * (20 + 12 + 3)
+
+
 def test_parse_int_list_rejects_bad_lists():
   assert benchmark.parse_int_list("1024, 8192") == [1024, 8192]
   for text in ("", "a,2", "0,4"):
@@ -97,6 +116,12 @@ def test_benchmark_command_writes_positive_rates(criteo_file, tmp_path):
     assert float(row["seconds_per_step"]) > 0
     assert float(row["examples_per_second"]) > 0
     assert int(row["steps"]) == 2
+    assert row["precision"] == "float32"
+    assert float(row["matmul_peak_gflops"]) > 0
+    assert float(row["gflops_per_second"]) > 0
+    for name in benchmark.COMPONENTS:
+      assert float(row[f"{name}_share"]) >= 0
+    assert (float(row["cowclip_share"]) > 0) == (row["cowclip"] == "True")
   small = {int(r["vocab_rows"]) for r in rows if r["vocab_scale"] == "1"}
   large = {int(r["vocab_rows"]) for r in rows if r["vocab_scale"] == "3"}
   assert len(small) == 1 and large == {3 * small.pop()}

@@ -263,3 +263,20 @@ def test_bad_input_is_rejected(kwargs, message):
           "r": R, "zeta": ZETA, **kwargs}
   with pytest.raises(ValueError, match=message):
     cowclip.clip_embedding_gradient(**args)
+
+
+def test_clip_rows_is_the_core_of_the_dense_path():
+  rng = np.random.default_rng(5)
+  table = rng.normal(size=(6, 4)).astype(np.float32)
+  gradient = rng.normal(size=(6, 4)).astype(np.float32) * 3
+  ids = np.array([0, 0, 2, 5, 5, 5])
+  counts = np.bincount(ids, minlength=6).astype(np.float32)
+  for variant in cowclip.VARIANTS:
+    full = cowclip.clip_embedding_gradient(
+        tf.constant(gradient), tf.constant(table), ids, 0.5, 1e-3, variant)
+    rows = cowclip.clip_rows(tf.constant(gradient), tf.constant(counts),
+                             tf.norm(table, axis=-1), 0.5, 1e-3, variant)
+    np.testing.assert_allclose(rows.gradient.numpy(), full.gradient.numpy(),
+                               rtol=1e-6)
+    assert int(rows.clipped) == int(full.clipped) > 0
+    assert int(rows.batch_ids) == int(full.batch_ids) == 3

@@ -114,6 +114,8 @@ def test_model_options_validate():
   with pytest.raises(ValueError):
     models.ModelOptions(dense_initializer="no_such_initializer")
   assert models.ModelOptions(hidden_units=[8, 4]).hidden_units == (8, 4)
+  with pytest.raises(ValueError, match="precision.*float16"):
+    models.ModelOptions(precision="float16")
 
 
 def test_build_model_rejects_bad_arguments():

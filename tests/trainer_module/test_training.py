@@ -299,3 +299,42 @@ def test_throughput_logger_logs_examples_per_second(tmp_path, capsys):
   tags = {value.tag for event in tf.compat.v1.train.summary_iterator(
       str(events[0])) for value in event.summary.value}
   assert "examples_per_second" in tags
+
+
+def test_fused_adam_matches_keras_adam():
+  rng = np.random.default_rng(0)
+  start = rng.normal(size=(6, 3)).astype(np.float32)
+  fused, plain = keras.Variable(start), keras.Variable(start)
+  fused_adam = training.FusedAdam(learning_rate=0.05)
+  plain_adam = keras.optimizers.Adam(learning_rate=0.05)
+  fused_adam.build([fused])
+  plain_adam.build([plain])
+  for _ in range(3):
+    gradient = tf.constant(rng.normal(size=(6, 3)).astype(np.float32))
+    fused_adam.apply([gradient], [fused])
+    plain_adam.apply([gradient], [plain])
+  # Same formula; the kernels round differently (1e-5 of a 0.05 step).
+  np.testing.assert_allclose(_np(fused), _np(plain), rtol=1e-5, atol=1e-6)
+  assert not np.allclose(_np(fused), start)
+  np.testing.assert_allclose(_slot(fused_adam, fused, "velocity"),
+                             _slot(plain_adam, plain, "velocity"), rtol=1e-5)
+
+
+def test_mixed_bfloat16_keeps_float32_weights_and_table_gradients():
+  keras.utils.set_random_seed(1)
+  model = models.build_model(
+      "deepfm", VOCAB, DENSE,
+      dataclasses.replace(OPTIONS, precision="mixed_bfloat16"))
+  training.compile_model(model, CONFIG)
+  assert model.dnn.layers[0].compute_dtype == "bfloat16"
+  assert {v.dtype for v in model.trainable_variables} == {"float32"}
+  features, labels = _batch(0)
+  assert model(features).dtype == "float32"
+  with tf.GradientTape() as tape:
+    logits = model(features)
+  tables, _ = model.split_variables()
+  data_gradients = tape.gradient(tf.reduce_sum(logits), tables)
+  gradients = model.table_gradients(features, data_gradients, CONFIG)[0]
+  assert {g.dtype for g in gradients} == {tf.float32}
+  logs = model.train_on_batch(features, labels, return_dict=True)
+  assert math.isfinite(logs["loss"]) and 0 <= logs["clipped_fraction"] <= 1
