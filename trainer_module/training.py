@@ -294,7 +294,7 @@ class CowClipTrainer:
                                      List[keras.Variable]]:
     """(embedding tables: deep and wide of each field, dense weights)."""
     tables = [v for _, deep, wide in self.embedding_tables()
-              for v in (deep, wide)]
+              for v in (deep, wide) if v is not None]
     table_ids = {id(v) for v in tables}
     dense = [v for v in self.trainable_variables if id(v) not in table_ids]
     return tables, dense
@@ -332,13 +332,13 @@ class CowClipTrainer:
     """
     squares = []
     for field, deep, wide in self.embedding_tables():
+      present = [t for t in (deep, wide) if t is not None]
       if config.embedding_update == "dense":
-        squares += [tf.reduce_sum(tf.square(deep)),
-                    tf.reduce_sum(tf.square(wide))]
+        squares += [tf.reduce_sum(tf.square(t)) for t in present]
       else:
         rows, _ = tf.unique(self.field_ids(features, field))
-        squares += [tf.reduce_sum(tf.square(tf.gather(deep, rows))),
-                    tf.reduce_sum(tf.square(tf.gather(wide, rows)))]
+        squares += [tf.reduce_sum(tf.square(tf.gather(t, rows)))
+                    for t in present]
     return config.l2 * tf.add_n(squares)
 
   def _update_metrics(self, labels, logits, logloss, loss):
@@ -419,6 +419,10 @@ def compile_model(model: CowClipTrainer, config: TrainingConfig) -> None:
   if not isinstance(model, CowClipTrainer):
     raise TypeError(f"compile_model needs a models.CTRModel, got "
                     f"{type(model).__name__}")
+  if config.cowclip and any(deep is None
+                           for _, deep, _ in model.embedding_tables()):
+    raise ValueError(f"model {model.name!r} has no deep embedding tables, "
+                     "the ones CowClip clips: compile it with cowclip=False")
   tables, dense = model.split_variables()
   embedding_class = (LazyAdam if config.embedding_update == "sparse" else
                      keras.optimizers.Adam)
@@ -436,3 +440,20 @@ def compile_model(model: CowClipTrainer, config: TrainingConfig) -> None:
   model.compile(optimizer=dense_optimizer, jit_compile=jit_compile)
   model.embedding_optimizer = embedding_optimizer
   model.training_config = config
+
+
+# Early stopping watches the validation slice's log loss, not `val_loss`,
+# whose L2 term changes with the weights and measures no fit.
+EARLY_STOPPING_MONITOR = "val_logloss"
+# Epochs without a lower validation log loss before training stops.
+EARLY_STOPPING_PATIENCE = 2
+
+
+def early_stopping(patience: int = EARLY_STOPPING_PATIENCE
+                  ) -> keras.callbacks.EarlyStopping:
+  """Keras' EarlyStopping on EARLY_STOPPING_MONITOR that restores the best
+  epoch's weights at the end of training (Keras 3 does so whether or not it
+  stopped early); its ``best_epoch`` is 0-based."""
+  return keras.callbacks.EarlyStopping(
+      monitor=EARLY_STOPPING_MONITOR, mode="min", patience=patience,
+      restore_best_weights=True)
