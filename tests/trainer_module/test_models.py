@@ -260,7 +260,8 @@ def test_trains_then_exports_identical_outputs(name, tmp_path):
   model.fit(data, epochs=8, verbose=0)
   after = model.evaluate(data, verbose=0, return_dict=True)
   assert after["logloss"] < before["logloss"] - 0.1
-  assert after["auc"] > 0.9
+  # The labels need feature interactions: the linear model fits less.
+  assert after["auc"] > (0.8 if name == "lr" else 0.9)
 
   serving = _Serving(model)
   tf.saved_model.save(serving, str(tmp_path),
