@@ -106,6 +106,8 @@ def test_auto_base_follows_the_number_of_updates():
   tiny = scaling.auto_base_hparams(published, reference, 1000)
   assert tiny["embed_lr"] == pytest.approx(
       published["embed_lr"] * scaling.AUTO_MAX_FACTOR)
+  assert tiny["l2"] == pytest.approx(
+      published["l2"] * scaling.AUTO_MAX_L2_FACTOR)
   # Only the asked keys.
   only = scaling.auto_base_hparams(published, reference, 1000, ["l2"])
   assert only["embed_lr"] == published["embed_lr"]
