@@ -40,7 +40,7 @@ $(RUN_DATA): | venv
 	$(PY) -m pipeline generate --format criteo --rows $(RUN_ROWS) --seed 0 --out $@
 
 run: venv $(RUN_DATA)
-	$(PY) -m pipeline run --dataset criteo --data $(RUN_DATA) --output $(RUN_DIR) --embed-lr 1e-3 --epochs 2
+	$(PY) -m pipeline run --dataset criteo --data $(RUN_DATA) --output $(RUN_DIR) --epochs 4
 
 test: venv
 	$(PY) -m pytest -ra --durations=15

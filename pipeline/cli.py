@@ -65,7 +65,11 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
                       "serving/<version>/ (re-use it to reuse cached results)")
   parser.add_argument("--model", default="deepfm", choices=models.MODELS)
   parser.add_argument("--batch-size", type=int, default=1024)
-  parser.add_argument("--epochs", type=int, default=1)
+  parser.add_argument("--epochs", type=int,
+                      default=config_lib.DEFAULT_EPOCHS,
+                      help="most training epochs; early stopping on a "
+                      "validation slice of the train split ends sooner and "
+                      "keeps the best epoch")
   parser.add_argument("--runner", default="beam", choices=config_lib.RUNNERS,
                       help="beam: BeamDagRunner (default); local: "
                       "LocalDagRunner")
@@ -74,8 +78,10 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
   parser.add_argument("--no-cowclip", dest="cowclip", action="store_false",
                       help="train without CowClip gradient clipping")
   parser.add_argument("--min-frequency", type=int, default=None,
-                      help="vocabulary frequency threshold (default: per "
-                      "dataset, Criteo 10, Avazu 2)")
+                      help="vocabulary frequency threshold (default: the "
+                      "dataset's for the data's size: Criteo 10 at its 41M "
+                      "training rows, proportionally fewer, at least 2; "
+                      "Avazu 2)")
   parser.add_argument("--eval-fraction", type=float, default=None,
                       help="share of rows in eval (default: Criteo 0.1, "
                       "Avazu 0.2)")
@@ -97,6 +103,18 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
   parser.add_argument("--max-logloss-increase", type=float,
                       default=config_lib.DEFAULT_MAX_LOGLOSS_INCREASE,
                       help="allowed log-loss rise vs the last blessed model")
+  parser.add_argument("--max-auc-below-lr", type=float,
+                      default=config_lib.DEFAULT_MAX_AUC_BELOW_LR,
+                      help="allowed AUC shortfall vs the logistic-regression "
+                      "baseline trained beside the model")
+  parser.add_argument("--no-lr-check", dest="max_auc_below_lr",
+                      action="store_const", const=None,
+                      help="do not gate on the logistic-regression baseline "
+                      "(it is still trained and reported)")
+  parser.add_argument("--no-auto-hparams", dest="auto_hparams",
+                      action="store_false",
+                      help="use the published base dense_lr, embed_lr and l2 "
+                      "instead of deriving them from the training set's size")
   parser.add_argument("--slice-features", type=_names, default=None,
                       metavar="F1,F2", help="categorical features to slice "
                       "the evaluation by (default: per dataset)")
@@ -185,6 +203,8 @@ def config_from_args(args: argparse.Namespace):
       split=args.split, max_bad_fraction=args.max_bad_fraction,
       min_auc=args.min_auc, max_auc_drop=args.max_auc_drop,
       max_logloss_increase=args.max_logloss_increase,
+      max_auc_below_lr=args.max_auc_below_lr,
+      auto_hparams=args.auto_hparams,
       slice_features=args.slice_features, min_slice_size=args.min_slice_size,
       frequency_field=args.frequency_field,
       embedding_update=args.embedding_update,

@@ -8,7 +8,7 @@ turns it into TFX components. Defaults that depend on the dataset come from
 import dataclasses
 import hashlib
 import os
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from trainer_module import features
 
@@ -51,6 +51,17 @@ DEFAULT_MIN_SLICE_SIZE = 100
 # mean over its fields, or the count in one field) below the first threshold
 # is "rare", below the second "medium", else "frequent".
 DEFAULT_FREQUENCY_THRESHOLDS = (100, 10000)
+# The logistic-regression check of the gate: the model's overall AUC may be
+# below the logistic-regression baseline's (trained beside it on the same
+# features) by at most this much. 0.001 is the AUC loss CTR teams treat as
+# real (DEFAULT_MAX_AUC_DROP); a model that does not beat a linear one by
+# that margin is not worth serving.
+DEFAULT_MAX_AUC_BELOW_LR = 0.001
+# Training runs at most this many epochs; early stopping on a validation
+# slice of the train split ends it sooner and keeps the best epoch.
+DEFAULT_EPOCHS = 10
+# Bytes read from the head of the data to estimate its row count.
+_ROW_ESTIMATE_SAMPLE_BYTES = 1 << 20
 
 
 # The trainer_module sources the Transform graph depends on: the
@@ -89,12 +100,17 @@ class PipelineConfig:
     model: one of trainer_module.models.MODELS.
     batch_size: training batch size (the scaling rule maps the base
       hyperparameters from the dataset's base batch size to this one).
-    epochs: training epochs.
+    epochs: the most training epochs; early stopping on a validation slice
+      of the train split stops sooner and restores the best epoch.
     runner: 'beam' (BeamDagRunner) or 'local' (LocalDagRunner).
     scaling_rule: one of trainer_module.scaling.RULES.
     cowclip: clip embedding gradients with CowClip.
-    hparams: overrides of the dataset's base hyperparameters.
-    min_frequency: vocabulary frequency threshold (None: dataset default).
+    hparams: overrides of the dataset's base hyperparameters. The ones not
+      overridden among scaling.AUTO_KEYS are derived from the training
+      set's size (scaling.auto_base_hparams) when auto_hparams is set.
+    auto_hparams: derive dense_lr, embed_lr and l2 from the data size.
+    min_frequency: vocabulary frequency threshold (None: the dataset's
+      threshold for the estimated size of `data`, spec.auto_min_frequency).
     eval_fraction: share of rows in eval (None: dataset default).
     split: 'hash' (deterministic per row) or 'sequential' (the tail is eval).
     max_bad_fraction: share of malformed rows dropped before failing.
@@ -102,6 +118,8 @@ class PipelineConfig:
     calibration_band: (low, high) allowed calibration, overall slice.
     max_auc_drop: allowed AUC drop against the latest blessed model.
     max_logloss_increase: allowed log-loss rise against that model.
+    max_auc_below_lr: allowed overall AUC shortfall of the model against
+      the logistic-regression baseline of the same run (None: no check).
     slice_features: categorical raw features to slice the evaluation by
       (None: the dataset's defaults).
     min_slice_size: slices with fewer eval examples are left out of the
@@ -136,11 +154,12 @@ class PipelineConfig:
   output: str
   model: str = "deepfm"
   batch_size: int = 1024
-  epochs: int = 1
+  epochs: int = DEFAULT_EPOCHS
   runner: str = "beam"
   scaling_rule: str = "cowclip"
   cowclip: bool = True
   hparams: Mapping[str, float] = dataclasses.field(default_factory=dict)
+  auto_hparams: bool = True
   min_frequency: Optional[int] = None
   eval_fraction: Optional[float] = None
   split: str = "hash"
@@ -149,6 +168,7 @@ class PipelineConfig:
   calibration_band: Tuple[float, float] = DEFAULT_CALIBRATION_BAND
   max_auc_drop: float = DEFAULT_MAX_AUC_DROP
   max_logloss_increase: float = DEFAULT_MAX_LOGLOSS_INCREASE
+  max_auc_below_lr: Optional[float] = DEFAULT_MAX_AUC_BELOW_LR
   slice_features: Optional[Tuple[str, ...]] = None
   min_slice_size: int = DEFAULT_MIN_SLICE_SIZE
   frequency_field: str = "all"
@@ -182,6 +202,9 @@ class PipelineConfig:
     if self.trainer_gpus and not self.trainer_accelerator:
       raise ValueError("trainer_accelerator is empty but trainer_gpus is "
                        f"{self.trainer_gpus}")
+    if self.max_auc_below_lr is not None and not self.max_auc_below_lr >= 0:
+      raise ValueError("max_auc_below_lr must be >= 0 (or None: no check), "
+                       f"got {self.max_auc_below_lr}")
     low, high = self.calibration_band
     if not 0 < low < 1 < high:
       raise ValueError(f"calibration band must be (low < 1 < high), got "
@@ -270,18 +293,39 @@ class PipelineConfig:
     return {**self.spec.base_hparams, **self.hparams}
 
   @property
+  def vocabulary_min_frequency(self) -> int:
+    """The threshold Transform uses: the configured one, else the dataset's
+    for the estimated train rows of `data` (its published one when `data`
+    cannot be read from here, e.g. a gs:// path at compile time)."""
+    if self.min_frequency is not None:
+      return self.min_frequency
+    rows = estimate_rows(self.data)
+    if rows is None:
+      return self.spec.min_frequency
+    eval_fraction = (self.spec.eval_fraction if self.eval_fraction is None
+                     else self.eval_fraction)
+    return self.spec.auto_min_frequency(round(rows * (1 - eval_fraction)))
+
+  @property
   def transform_config(self) -> Dict[str, object]:
     """custom_config of the Transform component (JSON-serialisable)."""
     return {"dataset": self.dataset,
             "code": code_fingerprint(TRANSFORM_SOURCES),
-            "min_frequency": (self.spec.min_frequency
-                              if self.min_frequency is None
-                              else self.min_frequency)}
+            "min_frequency": self.vocabulary_min_frequency}
 
   @property
   def eval_slice_features(self) -> Tuple[str, ...]:
     return (self.spec.slice_features if self.slice_features is None
             else tuple(self.slice_features))
+
+  @property
+  def auto_hparam_keys(self) -> List[str]:
+    """The base hyperparameters run_fn derives from the data size."""
+    # pylint: disable-next=g-import-not-at-top
+    from trainer_module import scaling  # No TensorFlow.
+    if not self.auto_hparams:
+      return []
+    return [k for k in scaling.AUTO_KEYS if k not in self.hparams]
 
   @property
   def trainer_config(self) -> Dict[str, object]:
@@ -295,6 +339,8 @@ class PipelineConfig:
             "cowclip": self.cowclip,
             "base_batch_size": self.spec.base_batch_size,
             "base_hparams": self.base_hparams,
+            "auto_hparams": self.auto_hparam_keys,
+            "reference_examples": self.spec.reference_examples,
             "embedding_update": self.embedding_update,
             "cowclip_variant": self.cowclip_variant,
             "model_options": dict(self.model_options),
@@ -308,6 +354,30 @@ class PipelineConfig:
             "tuning": {"tuner": self.tuner, "trials": self.trials,
                        "search_space": dict(self.search_space),
                        "tune_model_size": self.tune_model_size}}
+
+
+def estimate_rows(data: str) -> Optional[int]:
+  """About how many rows the raw file(s) at `data` hold, or None.
+
+  Total bytes over the mean line length of the first MiB: cheap on any
+  size, and close enough to pick a vocabulary threshold. None for a remote
+  path (gs://...) or when nothing is readable.
+  """
+  if "://" in data:
+    return None
+  if os.path.isdir(data):
+    paths = sorted(os.path.join(data, n) for n in os.listdir(data)
+                   if not n.startswith("."))
+  else:
+    paths = [data]
+  paths = [p for p in paths if os.path.isfile(p)]
+  if not paths:
+    return None
+  total = sum(os.path.getsize(p) for p in paths)
+  with open(paths[0], "rb") as f:
+    head = f.read(_ROW_ESTIMATE_SAMPLE_BYTES)
+  lines = head.count(b"\n") or 1
+  return max(1, round(total * lines / max(len(head), 1)))
 
 
 def beam_pipeline_args(runner: str,

@@ -18,6 +18,7 @@ from tfx import v1 as tfx
 from tfx.dsl.compiler import compiler
 from tfx.proto.orchestration import pipeline_pb2 as ir_pb2
 
+from components import lr_gate
 from components.baseline import Evaluator
 from components.baseline import LatestPushedModel
 from components.pusher import Pusher
@@ -26,6 +27,7 @@ from components.strict_example_validator import StrictExampleValidator
 from pipeline.config import PipelineConfig
 from trainer_module import tuner as tuner_lib
 from trainer_module.trainer import ID_FREQUENCY
+from trainer_module.trainer import LR_OUTPUT
 from trainer_module.trainer import PREDICTION_KEY
 from trainer_module.trainer import SLICING_SIGNATURE
 
@@ -74,6 +76,13 @@ def create_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
   thresholds sit on the MetricConfigs: MetricsSpec-level thresholds only
   reach metrics computed in the model graph, not TFMA's own.
 
+  The logistic-regression baseline the Trainer exports beside the model
+  (output LR_OUTPUT of the same signature) gets the same metrics on the
+  same slices, from the candidate only (the latest blessed model is compared
+  on the model's output). The gate's check against it is the
+  components.lr_gate metric, model AUC minus LR AUC, bounded below by
+  -config.max_auc_below_lr.
+
   Small slices are computed and left out of the report (min_slice_size)
   rather than dropped with TFMA's Options.min_slice_size: TFMA 0.47 then
   reports every gated metric of a dropped slice as a failed threshold
@@ -95,6 +104,17 @@ def create_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
   # 20 buckets: TFMA's default 1000 leaves a few examples per bucket here.
   metrics.append(tfma.MetricConfig(class_name="CalibrationPlot",
                                    config='"num_buckets": 20'))
+  lr_metrics = [tfma.MetricConfig(class_name=m.class_name, config=m.config)
+                for m in metrics] + [tfma.MetricConfig(class_name=name) for name
+                                     in ("AUC", "BinaryCrossEntropy",
+                                         "Calibration")]
+  lr_check = tfma.MetricConfig(
+      class_name=lr_gate.AUCOverLogisticRegression.__name__,
+      module=lr_gate.__name__,
+      per_slice_thresholds=(
+          on_overall(value_threshold=bounds(
+              lower_bound=-config.max_auc_below_lr))
+          if config.max_auc_below_lr is not None else []))
   metrics += [
       tfma.MetricConfig(class_name="AUC", per_slice_thresholds=on_overall(
           value_threshold=bounds(lower_bound=config.min_auc),
@@ -125,7 +145,13 @@ def create_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
           prediction_key=PREDICTION_KEY,
           model_type=tfma.TF_GENERIC)],
       slicing_specs=slices,
-      metrics_specs=[tfma.MetricsSpec(metrics=metrics)])
+      metrics_specs=[
+          tfma.MetricsSpec(metrics=metrics),
+          # The candidate only: the baseline model may predate the output.
+          tfma.MetricsSpec(metrics=lr_metrics, output_names=[LR_OUTPUT],
+                           model_names=[tfma.CANDIDATE_KEY]),
+          tfma.MetricsSpec(metrics=[lr_check],
+                           model_names=[tfma.CANDIDATE_KEY])])
 
 
 def create_pipeline(config: PipelineConfig,

@@ -58,6 +58,8 @@ SLICE_METRICS = ("auc", "calibration")
 # validation value as "val_" + metric.
 TRAINING_CURVES = (("loss", "loss"), ("AUC", "auc"))
 DIFF_SUFFIX = "_diff"  # TFMA's name suffix of candidate-minus-baseline.
+# How _flat_metrics names the logistic-regression output's metrics.
+LR_PREFIX = trainer.LR_OUTPUT + "/"
 
 Metrics = Dict[str, float]
 
@@ -424,11 +426,23 @@ def _table_text(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
                    for row in [header, *rows])
 
 
+def _lr_value(metrics: Metrics, name: str) -> Optional[float]:
+  """The logistic-regression output's value of a metric, if reported."""
+  return metrics.get(LR_PREFIX + name)
+
+
+def _has_lr(evaluation: Evaluation) -> bool:
+  return any(n.startswith(LR_PREFIX) for n in evaluation.overall)
+
+
 def _overall_rows(evaluation: Evaluation) -> List[List[str]]:
   names = _metric_order(n for n in evaluation.overall
-                        if not n.endswith(DIFF_SUFFIX))
+                        if not n.endswith(DIFF_SUFFIX) and "/" not in n)
   baseline = evaluation.baseline_overall
+  lr = _has_lr(evaluation)
   return [[name, format_metric(name, evaluation.overall[name])] +
+          ([format_metric(name, _lr_value(evaluation.overall, name))]
+           if lr else []) +
           ([format_metric(name, baseline.get(name)),
             format_metric(name + DIFF_SUFFIX,
                           evaluation.overall.get(name + DIFF_SUFFIX))]
@@ -438,6 +452,7 @@ def _overall_rows(evaluation: Evaluation) -> List[List[str]]:
 
 def _overall_header(evaluation: Evaluation) -> List[str]:
   return ["metric", "model"] + (
+      ["logistic regression"] if _has_lr(evaluation) else []) + (
       ["baseline", "change (TFMA)"]
       if evaluation.baseline_overall is not None else [])
 
@@ -682,6 +697,7 @@ def _slice_rows(slices: Sequence[SliceMetrics],
     row = [s.value, format_metric("example_count",
                                   s.candidate.get("example_count"))]
     row += [format_metric(m, s.candidate.get(m)) for m in SLICE_METRICS]
+    row.append(format_metric("auc", _lr_value(s.candidate, "auc")))
     if with_baseline:
       row += [format_metric("auc", (s.baseline or {}).get("auc")),
               format_metric("auc_diff", s.candidate.get("auc_diff"))]
@@ -713,7 +729,7 @@ def _evaluation_sections(run: RunSummary, report_dir: str) -> List[str]:
                             "plot (TFMA's CalibrationPlot was not "
                             "computed)."))
   with_baseline = evaluation.baseline_overall is not None
-  header = ["value", "examples", *SLICE_METRICS] + (
+  header = ["value", "examples", *SLICE_METRICS, "lr auc"] + (
       ["baseline auc", "auc change"] if with_baseline else [])
   features = sorted({s.feature for s in evaluation.slices},
                     key=lambda f: (f != trainer.ID_FREQUENCY, f))
@@ -757,11 +773,22 @@ def _training_sections(run: RunSummary, report_dir: str) -> List[str]:
           "updates in the last epoch (a row per id of the batch and field). "
           "Near 0: the clip did not act at this batch size, and the scaling "
           "rule alone set the embedding updates."))
+  if "best_epoch" in record:
+    lr = record.get("logistic_regression", {})
+    parts.append(_paragraph(
+        f"Early stopping on the validation slice of the train split "
+        f"({record.get('validation_examples', '-')} examples; the eval split "
+        f"is the Evaluator's): {record['epochs_run']} epochs run, the "
+        f"weights of epoch {record['best_epoch']} kept. The "
+        f"logistic-regression baseline: {lr.get('epochs_run', '-')} epochs, "
+        f"epoch {lr.get('best_epoch', '-')} kept."))
   parts.append("<h2>Hyperparameters used</h2>")
   parts.append(_table(["setting", "value"], [
       [key, record.get(key, "-")] for key in (
           "rule", "base_batch_size", "batch_size", "train_examples",
-          "steps_per_epoch")]))
+          "steps_per_epoch")] + [
+              ["derived from the data size (auto)",
+               ", ".join(record.get("auto", [])) or "none"]]))
   base, scaled = record.get("base", {}), record.get("scaled", {})
   parts.append(_table(
       ["hyperparameter", f"base (batch {record.get('base_batch_size')})",

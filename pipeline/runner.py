@@ -18,6 +18,7 @@ from tfx import v1 as tfx
 from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
 
 from components import baseline
+from components import lr_gate
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_pipeline
 from pipeline.pipeline import local_ir
@@ -80,6 +81,10 @@ def describe_failure(failure) -> str:
             f"({'<' if higher_is_better else '>'} allowed "
             f"{change.absolute.value:+.4f})")
   bound = threshold.value_threshold
+  if name == lr_gate.AUC_OVER_LR:
+    return (f"the model's AUC is {-value:.4f} below the logistic-regression "
+            f"baseline's (allowed {-bound.lower_bound.value:.4f}): a model "
+            "that loses to logistic regression is not pushed")
   if bound.HasField("lower_bound") and value < bound.lower_bound.value:
     return f"{name} {value:.4f} < min {bound.lower_bound.value:.4f}"
   if bound.HasField("upper_bound") and value > bound.upper_bound.value:

@@ -65,6 +65,7 @@ DEFAULT_RULES = ("none", "sqrt", "linear", "n2-lambda", "cowclip")
 
 COLUMNS = (
     ("run", "model", "rule", "cowclip", "batch_size", "seed", "epochs",
+     "epochs_run", "best_epoch",
      "embedding_update", "dense_lr", "embed_lr", "l2", "train_examples",
      "eval_examples", "steps", "train_seconds", "epoch_seconds",
      "examples_per_second", "diverged", "final_train_loss", "clipped_fraction",
@@ -238,7 +239,8 @@ def tfma_metrics(serving_dir: str, eval_config: tfma.EvalConfig,
   slices = {}
   for slice_key, by_output in result.slicing_metrics:
     values = slices.setdefault(_slice_name(slice_key), {})
-    for by_sub_key in by_output.values():
+    # The model's output only (not the logistic-regression baseline's).
+    for by_sub_key in by_output.get("", {}).values():
       for metrics in by_sub_key.values():
         for name, value in metrics.items():
           if "doubleValue" in value:
@@ -278,8 +280,7 @@ class StudySetup:
   inputs: TransformedInputs
   tf_transform_output: tft.TFTransformOutput
   train_files: Tuple[str, ...]
-  train_examples: int
-  click_rate: float
+  baseline: Optional[keras.Model]  # None when every run is done.
 
 
 def run_config(config: PipelineConfig, run: StudyRun) -> PipelineConfig:
@@ -290,47 +291,64 @@ def run_config(config: PipelineConfig, run: StudyRun) -> PipelineConfig:
                              cowclip=run.cowclip)
 
 
+def train_baseline(config: PipelineConfig, train_files: Sequence[str],
+                   tf_transform_output: tft.TFTransformOutput) -> keras.Model:
+  """The logistic-regression baseline every run's export serves beside the
+  model (the Evaluator's config reads it), trained once, as run_fn does."""
+  data = trainer.training_data(list(train_files), tf_transform_output,
+                               config.spec.label, config.batch_size)
+  baseline, _ = trainer.build_and_compile(
+      config.trainer_config, {}, tf_transform_output, data.train_examples,
+      data.click_rate, architecture=models.LOGISTIC_REGRESSION)
+  trainer.fit(baseline, data, config.epochs, verbose=0)
+  return baseline
+
+
 def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
   """Trains one run as run_fn does, evaluates it, returns its study.csv row."""
   config = run_config(setup.config, run)
   spec = config.spec
-  steps_per_epoch = math.ceil(setup.train_examples / run.batch_size)
+  data = trainer.training_data(list(setup.train_files),
+                               setup.tf_transform_output, spec.label,
+                               run.batch_size, seed=run.seed)
+  steps_per_epoch = math.ceil(data.train_examples / run.batch_size)
   keras.utils.set_random_seed(run.seed)
   model, record = trainer.build_and_compile(
-      config.trainer_config, {}, setup.tf_transform_output, steps_per_epoch,
-      setup.click_rate)
+      config.trainer_config, {}, setup.tf_transform_output,
+      data.train_examples, data.click_rate)
   hparams = record["scaled"]
   row = {"run": run.key, "model": run.model, "rule": run.rule,
          "cowclip": run.cowclip, "batch_size": run.batch_size,
          "seed": run.seed, "epochs": config.epochs,
          "embedding_update": config.embedding_update,
          "dense_lr": hparams["dense_lr"], "embed_lr": hparams["embed_lr"],
-         "l2": hparams["l2"], "train_examples": setup.train_examples,
-         "steps": steps_per_epoch * config.epochs}
-  train = trainer.make_dataset(list(setup.train_files),
-                               setup.tf_transform_output, spec.label,
-                               run.batch_size, shuffle=True, seed=run.seed)
+         "l2": hparams["l2"], "train_examples": data.train_examples}
   start = time.perf_counter()
   try:
-    history = model.fit(train, epochs=config.epochs, verbose=0, callbacks=[
+    trained = trainer.fit(model, data, config.epochs, verbose=0, callbacks=[
         training.ThroughputLogger(run.batch_size)])
   except training.NonFiniteLossError as error:
     print(f"{run.key}: diverged: {error}", flush=True)
     row.update(train_seconds=time.perf_counter() - start, diverged=True)
     return row
   seconds = time.perf_counter() - start
-  rates = history.history.get("examples_per_second")
+  history = trained["history"]
+  rates = history.get("examples_per_second")
   rate = statistics.mean(rates) if rates else (
-      setup.train_examples * config.epochs / seconds)
-  clipped = history.history.get("clipped_fraction")
+      data.train_examples * trained["epochs_run"] / seconds)
+  clipped = history.get("clipped_fraction")
   row.update(train_seconds=seconds, examples_per_second=rate,
-             epoch_seconds=setup.train_examples / rate, diverged=False,
-             final_train_loss=float(history.history["loss"][-1]),
+             epochs_run=trained["epochs_run"],
+             best_epoch=trained["best_epoch"],
+             steps=steps_per_epoch * trained["epochs_run"],
+             epoch_seconds=data.train_examples / rate, diverged=False,
+             final_train_loss=float(history["loss"][-1]),
              clipped_fraction=statistics.mean(clipped) if clipped else "")
 
   run_dir = os.path.join(config.output, "runs", run.key)
   serving_dir = os.path.join(run_dir, "serving")
-  trainer.export_serving_model(model, setup.tf_transform_output,
+  trainer.export_serving_model(model, setup.baseline,
+                               setup.tf_transform_output,
                                config.trainer_config, serving_dir)
   row.update(metrics_row(tfma_metrics(
       serving_dir, study_eval_config(config),
@@ -593,13 +611,12 @@ def run_study(config: PipelineConfig, runs: Sequence[StudyRun],
         f"{csv_path}", flush=True)
   inputs = transform_once(config)
   train_files = split_files(inputs.transformed_examples, "train")
-  train_examples, click_rate = trainer.label_stats(train_files,
-                                                   config.spec.label)
+  tf_transform_output = tft.TFTransformOutput(inputs.transform_graph)
   setup = StudySetup(
-      config=config, inputs=inputs,
-      tf_transform_output=tft.TFTransformOutput(inputs.transform_graph),
-      train_files=tuple(train_files), train_examples=train_examples,
-      click_rate=click_rate)
+      config=config, inputs=inputs, tf_transform_output=tf_transform_output,
+      train_files=tuple(train_files),
+      baseline=train_baseline(config, train_files, tf_transform_output)
+      if todo else None)
   for i, run in enumerate(todo, start=1):
     row = same_training(config, run, rows)
     if row is None:

@@ -47,10 +47,14 @@ class DatasetSpec:
     time_field: YYMMDDHH int column turned into hour-of-day and weekday ids.
     dropped: columns read from the file but not features (row ids).
     eval_fraction: default share of rows in the eval split.
-    min_frequency: default vocabulary frequency threshold (train split).
+    min_frequency: vocabulary frequency threshold (train split) for
+      ``reference_examples`` training rows; see auto_min_frequency.
     base_hparams: base hyperparameters at ``base_batch_size``
-      (reference implementation's values).
+      (reference implementation's values), tuned on ``reference_examples``
+      training rows (scaling.auto_base_hparams adapts them to fewer).
     base_batch_size: the batch size the base hyperparameters are for.
+    reference_examples: training rows of the full public dataset, which
+      the published min_frequency and base_hparams are for.
     slice_features: default categorical fields to slice evaluation by.
   """
   name: str
@@ -67,7 +71,22 @@ class DatasetSpec:
   min_frequency: int
   base_hparams: Mapping[str, float]
   base_batch_size: int
+  reference_examples: int
   slice_features: Tuple[str, ...]
+
+  def auto_min_frequency(self, train_examples: int) -> int:
+    """The vocabulary threshold for a train split of this many rows.
+
+    An id is kept when its share of the rows is at least that of the
+    published threshold on the full dataset (min_frequency /
+    reference_examples), so the threshold shrinks with the data, but never
+    below 2: ids seen once share the OOV row, which then learns what an
+    unseen id at serving time is like (with 1 it would only learn missing
+    values).
+    """
+    scaled = round(self.min_frequency * train_examples /
+                   self.reference_examples)
+    return max(2, min(self.min_frequency, scaled))
 
   @property
   def raw_features(self) -> Tuple[str, ...]:
@@ -118,6 +137,8 @@ CRITEO = DatasetSpec(
     base_hparams={"dense_lr": 8e-4, "embed_lr": 1e-4, "l2": 1e-5, "r": 1.0,
                   "zeta": 1e-5, "warmup_epochs": 1.0},
     base_batch_size=1024,
+    # Kaggle train.txt: 45,840,617 rows, 90% of them in train.
+    reference_examples=41_256_555,
     slice_features=("C6", "C9", "C17", "C20"),
 )
 
@@ -149,6 +170,8 @@ AVAZU = DatasetSpec(
     base_hparams={"dense_lr": 1e-4, "embed_lr": 1e-4, "l2": 1e-5, "r": 1.0,
                   "zeta": 1e-4, "warmup_epochs": 1.0},
     base_batch_size=1024,
+    # Kaggle train: 40,428,967 rows, 80% of them in train.
+    reference_examples=32_343_174,
     slice_features=("banner_pos", "device_type", "site_category"),
 )
 

@@ -17,6 +17,10 @@ mean the same thing here:
   DCN-V2 keep the linear part too, as the reference's DeepCTR versions do
   (the DCN paper has none): it costs one lookup per field and keeps the
   four models comparable.
+* "lr" is the logistic-regression baseline: the linear part alone (bias +
+  the width-1 "wide" table of every field + one weight per dense feature),
+  trained by the same step on the same features. The pipeline trains it
+  next to every model so the gate can check the model beats it.
 * The model returns ONE LOGIT [batch, 1]. The sigmoid belongs to the loss
   (from logits, numerically stable) and to the serving signature.
 
@@ -37,7 +41,9 @@ import tensorflow as tf
 
 from trainer_module import training
 
-MODELS = ("deepfm", "wdl", "dcn", "dcnv2")
+MODELS = ("deepfm", "wdl", "dcn", "dcnv2", "lr")
+# The baseline architecture: no embeddings wider than 1, no interactions.
+LOGISTIC_REGRESSION = "lr"
 # Keras dtype policies of the DNN and cross layers (see ModelOptions).
 PRECISIONS = ("float32", "mixed_bfloat16")
 
@@ -269,7 +275,8 @@ class CTRModel(training.CowClipTrainer, keras.Model):
     self.dense_features = tuple(dense_features)
 
     stddev = options.embedding_stddev
-    self.deep_embeddings = [
+    linear_only = architecture == LOGISTIC_REGRESSION
+    self.deep_embeddings = [] if linear_only else [
         keras.layers.Embedding(
             size, options.embedding_dim, name=f"embedding_{field}",
             embeddings_initializer=keras.initializers.RandomNormal(
@@ -282,7 +289,7 @@ class CTRModel(training.CowClipTrainer, keras.Model):
         1, use_bias=False, kernel_initializer=options.dense_initializer,
         name="linear_dense") if self.dense_features else None
     precision = options.precision
-    self.dnn = keras.Sequential(
+    self.dnn = None if linear_only else keras.Sequential(
         [keras.layers.Dense(units, activation="relu",
                             kernel_initializer=options.dense_initializer,
                             name=f"dnn_{i}", dtype=precision)
@@ -290,6 +297,7 @@ class CTRModel(training.CowClipTrainer, keras.Model):
     self.interaction = {
         "deepfm": lambda: FactorizationMachine(name="fm"),
         "wdl": lambda: None,
+        LOGISTIC_REGRESSION: lambda: None,
         "dcn": lambda: CrossNetwork(
             options.cross_layers, options.dense_initializer, name="cross",
             dtype=precision),
@@ -299,7 +307,7 @@ class CTRModel(training.CowClipTrainer, keras.Model):
             dtype=precision),
     }[architecture]()
     # The logit of the DNN output (DCN/DCN-V2: of [cross output, DNN output]).
-    self.deep_logit = keras.layers.Dense(
+    self.deep_logit = None if linear_only else keras.layers.Dense(
         1, use_bias=False, kernel_initializer=options.dense_initializer,
         name="deep_logit")
     self.build()
@@ -320,22 +328,27 @@ class CTRModel(training.CowClipTrainer, keras.Model):
       table.build()
     if self.dense_linear is not None:
       self.dense_linear.build((None, len(self.dense_features)))
+    self.bias = self.add_weight(shape=(1,), initializer="zeros", name="bias")
+    if self.dnn is None:
+      return  # Logistic regression: the linear part only.
     self.dnn.build((None, self.deep_input_dim))
     deep_out = self.options.hidden_units[-1]
     if isinstance(self.interaction, (CrossNetwork, MatrixCrossNetwork)):
       self.interaction.build((None, self.deep_input_dim))
       deep_out += self.deep_input_dim
     self.deep_logit.build((None, deep_out))
-    self.bias = self.add_weight(shape=(1,), initializer="zeros", name="bias")
 
-  def embedding_tables(self) -> List[Tuple[str, keras.Variable,
+  def embedding_tables(self) -> List[Tuple[str, Optional[keras.Variable],
                                            keras.Variable]]:
     """(field, deep [V, d] table, wide [V, 1] table) for every field.
 
     The training step gives these their own optimizer and L2 and clips the
     deep ones with the ids of ``field``; every other trainable variable is a
-    dense weight.
+    dense weight. The "lr" baseline has no deep tables (None).
     """
+    if not self.deep_embeddings:
+      return [(field, None, wide.embeddings)
+              for field, wide in zip(self.fields, self.wide_embeddings)]
     return [(field, deep.embeddings, wide.embeddings)
             for field, deep, wide in zip(self.fields, self.deep_embeddings,
                                          self.wide_embeddings)]
@@ -366,20 +379,28 @@ class CTRModel(training.CowClipTrainer, keras.Model):
                        f"[batch] or [batch, 1], got {shape.as_list()}")
     return values
 
+  def _dense_input(self, features):
+    """[batch, dense features] float32."""
+    return ops.concatenate(
+        [ops.reshape(ops.cast(self._feature(features, name), "float32"),
+                     (-1, 1)) for name in self.dense_features], axis=1)
+
   def call(self, features, training=False):
     del training  # No dropout or batch norm: same graph for train and serve.
     ids = [self.field_ids(features, field) for field in self.fields]
-    embedded = ops.stack(
-        [table(i) for table, i in zip(self.deep_embeddings, ids)], axis=1)
     wide = ops.concatenate(
         [table(i) for table, i in zip(self.wide_embeddings, ids)], axis=1)
     logit = ops.sum(wide, axis=1, keepdims=True) + self.bias
+    if self.dnn is None:  # Logistic regression.
+      if self.dense_features:
+        logit = logit + self.dense_linear(self._dense_input(features))
+      return logit
+    embedded = ops.stack(
+        [table(i) for table, i in zip(self.deep_embeddings, ids)], axis=1)
     deep_input = ops.reshape(
         embedded, (-1, len(self.fields) * self.options.embedding_dim))
     if self.dense_features:
-      dense = ops.concatenate(
-          [ops.reshape(ops.cast(self._feature(features, name), "float32"),
-                       (-1, 1)) for name in self.dense_features], axis=1)
+      dense = self._dense_input(features)
       logit = logit + self.dense_linear(dense)
       deep_input = ops.concatenate([deep_input, dense], axis=1)
     hidden = self.dnn(deep_input)

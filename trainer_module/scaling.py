@@ -25,7 +25,7 @@ embedding learning rate fixed it is scaled by s to keep its per-epoch pull.
 
 import math
 import numbers
-from typing import Dict, Mapping
+from typing import Dict, Mapping, Sequence
 
 RULES = ("none", "linear", "sqrt", "n2-lambda", "cowclip")
 DEFAULT_RULE = "cowclip"
@@ -79,3 +79,68 @@ def scale_hparams(rule: str, base: Mapping[str, float], base_batch_size: int,
   scaled["embed_lr"] = base["embed_lr"] * embed_factor
   scaled["l2"] = base["l2"] * l2_factor
   return scaled
+
+
+# The base hyperparameters that `auto_base_hparams` derives from the data
+# size (the others, r, zeta and warmup_epochs, do not depend on it).
+AUTO_KEYS = ("dense_lr", "embed_lr", "l2")
+# Exponents of the data-size factor ratio = reference / train examples, and
+# the factors' caps. The embedding rate's fits two tuned points at batch
+# 1024: the paper's Criteo values (41M training rows: embed_lr 1e-4) and the
+# study's sweep on 600k generated rows (docs/study.md: embed_lr 3e-3), i.e.
+# 69x fewer rows wanted a 30x larger rate (69 ** 0.8 = 30). The L2's lies
+# between that sweep (l2 1e-4 to 3e-4 at 600k rows: 69 ** 0.54 to 0.8) and a
+# sweep on 18k rows (docs/defaults.md: 2e-3 to 5e-3, 2290 ** 0.69 to 0.81),
+# on the strong side: small real data has many ids seen once or twice.
+AUTO_EMBED_EXPONENT = 0.8
+AUTO_L2_EXPONENT = 0.7
+AUTO_MAX_FACTOR = 100.0
+AUTO_MAX_L2_FACTOR = 500.0
+# The dense weights' rate grows as sqrt(ratio), up to this value (Adam's
+# usual rate; the paper's Criteo value is 8e-4), never below the published.
+AUTO_MAX_DENSE_LR = 1e-3
+
+
+def auto_base_hparams(published: Mapping[str, float],
+                      reference_examples: int, train_examples: int,
+                      keys: Sequence[str] = AUTO_KEYS) -> Dict[str, float]:
+  """Base hyperparameters (at the base batch size) for a data size.
+
+  The published values assume ``reference_examples`` training rows: tens of
+  thousands of steps per epoch at the base batch, in which an Adam-trained
+  embedding row, moving about embed_lr per update, travels far enough. With
+  fewer rows the run makes fewer updates, so the embedding rate grows as
+  ratio ** 0.8 (ratio = reference / train examples, capped at 100x), the
+  per-step L2 as ratio ** 0.7 (capped at 500x): fewer steps need a stronger
+  pull per step, and small data more regularisation; the dense rate grows as
+  sqrt(ratio) up to AUTO_MAX_DENSE_LR. More rows than the reference keep
+  the published values. The scaling rule then maps this base to the batch
+  size, as it would the published one.
+
+  Args:
+    published: base hyperparameters (HPARAM_KEYS) for reference_examples.
+    reference_examples: training rows the published values were tuned on.
+    train_examples: training rows of this run (> 0).
+    keys: the members of AUTO_KEYS to derive; the others stay published.
+
+  Returns:
+    A new dict with the keys of ``published``.
+  """
+  unknown = sorted(set(keys) - set(AUTO_KEYS))
+  if unknown:
+    raise ValueError(f"cannot derive {unknown} from the data size; "
+                     f"auto keys are {AUTO_KEYS}")
+  if train_examples <= 0 or reference_examples <= 0:
+    raise ValueError("train and reference examples must be positive, got "
+                     f"{train_examples} and {reference_examples}")
+  ratio = max(1.0, reference_examples / train_examples)
+  derived = {
+      "embed_lr": published["embed_lr"] * min(
+          ratio ** AUTO_EMBED_EXPONENT, AUTO_MAX_FACTOR),
+      "l2": published["l2"] * min(ratio ** AUTO_L2_EXPONENT,
+                                  AUTO_MAX_L2_FACTOR),
+      "dense_lr": max(published["dense_lr"],
+                      min(published["dense_lr"] * math.sqrt(ratio),
+                          AUTO_MAX_DENSE_LR)),
+  }
+  return {**published, **{k: derived[k] for k in keys}}

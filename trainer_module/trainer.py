@@ -11,7 +11,7 @@ import dataclasses
 import json
 import math
 import os
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from absl import logging
 import keras
@@ -28,6 +28,10 @@ from trainer_module import training
 
 # Name of the serving signature's output (the Evaluator reads it).
 PREDICTION_KEY = "probability"
+# The signature's second output: the click probability of the
+# logistic-regression baseline trained beside the model (the Evaluator
+# reports it and the gate checks the model beats it).
+LR_OUTPUT = "logistic_regression"
 # The Evaluator slices by this feature of the SLICING_SIGNATURE's output.
 SLICING_SIGNATURE = "slicing_features"
 ID_FREQUENCY = "id_frequency"
@@ -40,17 +44,65 @@ TRAINING_RECORD = "training.json"
 MODEL_SIZE_KEYS = ("embedding_dim", "dnn_units", "dnn_layers")
 
 
-def label_stats(file_patterns: List[str], label: str) -> Tuple[int, float]:
+# The validation slice of early stopping: records of the TRAIN split whose
+# hash (of the serialized record) falls in the first buckets of
+# VALIDATION_BUCKETS. The eval split stays unseen until the Evaluator.
+VALIDATION_BUCKETS = 1000
+# Share of the train split held out for validation, capped at
+# MAX_VALIDATION_EXAMPLES: enough for a stable log loss, and cheap to score
+# every epoch on big data.
+VALIDATION_FRACTION = 0.1
+MAX_VALIDATION_EXAMPLES = 200_000
+
+
+def validation_buckets(train_split_examples: int) -> int:
+  """How many of the VALIDATION_BUCKETS hash buckets form the validation
+  slice of a train split of this size (at least one)."""
+  share = min(VALIDATION_FRACTION,
+              MAX_VALIDATION_EXAMPLES / max(train_split_examples, 1))
+  return max(1, int(share * VALIDATION_BUCKETS))
+
+
+def in_validation_slice(serialized: tf.Tensor, buckets: int) -> tf.Tensor:
+  """Whether serialized records belong to the validation slice.
+
+  A fingerprint of the record's bytes decides, so the carve is the same in
+  every run, process and tf.data order, and identical records (duplicated
+  log lines) fall on the same side.
+  """
+  return tf.strings.to_hash_bucket_fast(serialized,
+                                        VALIDATION_BUCKETS) < buckets
+
+
+def record_filter(part: str, buckets: int):
+  """A tf.data predicate keeping the 'train' or 'validation' part, or None
+  for 'all' (the whole split)."""
+  if part == "all":
+    return None
+  if part == "validation":
+    return lambda serialized: in_validation_slice(serialized, buckets)
+  if part == "train":
+    return lambda serialized: tf.logical_not(
+        in_validation_slice(serialized, buckets))
+  raise ValueError(f"unknown part {part!r}: 'all', 'train' or 'validation'")
+
+
+def label_stats(file_patterns: List[str], label: str, part: str = "all",
+                buckets: int = 0) -> Tuple[int, float]:
   """(examples, click rate) of gzipped transformed TFRecords, in one pass.
 
   Only the label is parsed, in large batches: cheap next to training.
+  `part` and `buckets` select the train or validation part (record_filter).
   """
   files = [f for p in file_patterns for f in tf.io.gfile.glob(p)]
   if not files:
     raise FileNotFoundError(f"no transformed examples match {file_patterns}")
-  labels = tf.data.TFRecordDataset(
-      files, compression_type="GZIP",
-      num_parallel_reads=tf.data.AUTOTUNE).batch(65536).map(
+  records = tf.data.TFRecordDataset(files, compression_type="GZIP",
+                                    num_parallel_reads=tf.data.AUTOTUNE)
+  keep = record_filter(part, buckets)
+  if keep is not None:
+    records = records.filter(keep)
+  labels = records.batch(65536).map(
           lambda batch: tf.io.parse_example(
               batch, {label: tf.io.FixedLenFeature([], tf.float32)})[label])
   examples, clicks = labels.reduce(
@@ -67,11 +119,15 @@ def make_dataset(file_patterns: List[str],
                  label: str,
                  batch_size: int,
                  shuffle: bool,
-                 seed: int = 0) -> tf.data.Dataset:
+                 seed: int = 0,
+                 part: str = "all",
+                 buckets: int = 0) -> tf.data.Dataset:
   """(features, label) batches from transformed examples.
 
   Records are batched BEFORE parsing (one parse_example per batch instead
   of one per record) and read in parallel, so input is not the bottleneck.
+  `part` and `buckets` keep the train or validation part of the records
+  (record_filter), on the serialized bytes, before any parsing.
   """
   files = [f for p in file_patterns for f in tf.io.gfile.glob(p)]
   feature_spec = tf_transform_output.transformed_feature_spec()
@@ -81,6 +137,9 @@ def make_dataset(file_patterns: List[str],
   dataset = dataset.interleave(
       lambda f: tf.data.TFRecordDataset(f, compression_type="GZIP"),
       num_parallel_calls=tf.data.AUTOTUNE, deterministic=not shuffle)
+  keep = record_filter(part, buckets)
+  if keep is not None:
+    dataset = dataset.filter(keep)
   if shuffle:
     dataset = dataset.shuffle(max(16 * batch_size, 10_000), seed=seed)
   dataset = dataset.batch(batch_size)
@@ -117,12 +176,13 @@ class ServingModule(tf.Module):
   whether large-batch training hurt the rare ids.
   """
 
-  def __init__(self, model: keras.Model,
+  def __init__(self, model: keras.Model, baseline: keras.Model,
                tf_transform_output: tft.TFTransformOutput,
                spec: features.DatasetSpec, frequency_field: str,
                frequency_thresholds: Sequence[int]):
     super().__init__()
     self.model = model
+    self.baseline = baseline
     self.transform_layer = tf_transform_output.transform_features_layer()
     raw_spec = tf_transform_output.raw_feature_spec()
     raw_spec.pop(spec.label, None)
@@ -144,8 +204,11 @@ class ServingModule(tf.Module):
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string,
                                               name="examples")])
   def serve(self, examples):
-    logits = self.model(self._transform(examples), training=False)
-    return {PREDICTION_KEY: tf.sigmoid(logits)}
+    transformed = self._transform(examples)
+    return {PREDICTION_KEY: tf.sigmoid(self.model(transformed,
+                                                  training=False)),
+            LR_OUTPUT: tf.sigmoid(self.baseline(transformed,
+                                                training=False))}
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string,
                                               name="examples")])
@@ -162,11 +225,12 @@ class ServingModule(tf.Module):
                                             self._frequency_thresholds)}
 
 
-def export_serving_model(model: keras.Model,
+def export_serving_model(model: keras.Model, baseline: keras.Model,
                          tf_transform_output: tft.TFTransformOutput,
                          config: Mapping[str, Any], export_dir: str) -> None:
-  """Saves the model with the Transform graph as a SavedModel."""
-  module = ServingModule(model, tf_transform_output,
+  """Saves the model and its logistic-regression baseline with the
+  Transform graph as a SavedModel."""
+  module = ServingModule(model, baseline, tf_transform_output,
                          features.get_spec(config["dataset"]),
                          config["frequency_field"],
                          config["frequency_thresholds"])
@@ -176,15 +240,27 @@ def export_serving_model(model: keras.Model,
 
 
 def training_hparams(custom_config: Mapping[str, Any],
-                     tuned: Mapping[str, float]) -> Dict[str, Any]:
-  """Base (possibly tuned) and scaled hyperparameters, as recorded."""
-  base = {**custom_config["base_hparams"],
-          **{k: v for k, v in tuned.items()
-             if k in custom_config["base_hparams"]}}
+                     tuned: Mapping[str, float],
+                     train_examples: Optional[int] = None) -> Dict[str, Any]:
+  """Base (auto, possibly tuned) and scaled hyperparameters, as recorded.
+
+  The keys of custom_config["auto_hparams"] that were not tuned are
+  derived from `train_examples` (scaling.auto_base_hparams; not when it is
+  None, e.g. to show a tuning result); tuned values replace the others.
+  """
+  tuned_base = {k: v for k, v in tuned.items()
+                if k in custom_config["base_hparams"]}
+  auto = [k for k in custom_config.get("auto_hparams", [])
+          if k not in tuned_base] if train_examples else []
+  base = scaling.auto_base_hparams(
+      custom_config["base_hparams"], custom_config["reference_examples"],
+      train_examples, auto) if auto else dict(custom_config["base_hparams"])
+  base.update(tuned_base)
   scaled = scaling.scale_hparams(custom_config["scaling_rule"], base,
                                  custom_config["base_batch_size"],
                                  custom_config["batch_size"])
   return {"rule": custom_config["scaling_rule"],
+          "auto": auto,
           "base_batch_size": custom_config["base_batch_size"],
           "batch_size": custom_config["batch_size"],
           "base": base,
@@ -207,7 +283,8 @@ def model_options(config: Mapping[str, Any],
 
 def build_and_compile(config: Mapping[str, Any], tuned: Mapping[str, Any],
                       tf_transform_output: tft.TFTransformOutput,
-                      steps_per_epoch: int, click_rate: float
+                      train_examples: int, click_rate: float,
+                      architecture: Optional[str] = None
                      ) -> Tuple[models.CTRModel, Dict[str, Any]]:
   """The configured model, compiled with the scaled (tuned) hyperparameters.
 
@@ -221,27 +298,34 @@ def build_and_compile(config: Mapping[str, Any], tuned: Mapping[str, Any],
       they replace config["base_hparams"] before scaling) and MODEL_SIZE_KEYS.
       Other keys are ignored.
     tf_transform_output: the Transform output (vocabulary sizes).
-    steps_per_epoch: training steps per epoch (the warmup length).
+    train_examples: training examples (the auto base hyperparameters and
+      the steps per epoch, the warmup length, follow from it).
     click_rate: the training click rate. The global bias starts at its
       log-odds, so the model is calibrated from the first step instead of
       spending its early (warmup) steps learning the base rate: short runs
       otherwise end miscalibrated by 10-20%.
+    architecture: a models.MODELS name instead of config["model"]: the
+      logistic-regression baseline (models.LOGISTIC_REGRESSION), trained
+      with the same hyperparameters and without CowClip (it has no deep
+      embeddings to clip).
 
   Returns:
     The model and the record of what it was built with: training_hparams
     plus vocab_sizes and model_options.
   """
   spec = features.get_spec(config["dataset"])
-  record = training_hparams(config, tuned)
+  architecture = architecture or config["model"]
+  record = training_hparams(config, tuned, train_examples)
   options = model_options(config, tuned)
   vocab_sizes = preprocessing.vocabulary_sizes(tf_transform_output, spec)
-  model = models.build_model(config["model"], vocab_sizes, spec.dense,
-                             options)
+  model = models.build_model(architecture, vocab_sizes, spec.dense, options)
   rate = min(max(click_rate, 1e-6), 1 - 1e-6)
   model.bias.assign([math.log(rate / (1 - rate))])
   training.compile_model(model, training.TrainingConfig(
-      **record["scaled"], steps_per_epoch=steps_per_epoch,
-      cowclip=config["cowclip"],
+      **record["scaled"],
+      steps_per_epoch=math.ceil(train_examples / config["batch_size"]),
+      cowclip=(config["cowclip"] and
+               architecture != models.LOGISTIC_REGRESSION),
       cowclip_variant=config.get("cowclip_variant", "paper"),
       embedding_update=config.get("embedding_update", "dense")))
   record.update(vocab_sizes=vocab_sizes, click_rate=click_rate,
@@ -275,37 +359,109 @@ def check_training_fits(vocab_sizes: Mapping[str, int], embedding_dim: int,
   return summary
 
 
+@dataclasses.dataclass(frozen=True)
+class TrainingData:
+  """The train split, carved into the part trained on and the validation
+  slice of early stopping (the eval split is not read: it is the
+  Evaluator's honest test).
+
+  Attributes:
+    train: shuffled (features, label) batches of the training part.
+    validation: (features, label) batches of the validation slice.
+    train_examples: examples in the training part.
+    validation_examples: examples in the validation slice.
+    click_rate: click rate of the training part.
+    validation_buckets: the slice's hash buckets (validation_buckets).
+  """
+  train: tf.data.Dataset
+  validation: tf.data.Dataset
+  train_examples: int
+  validation_examples: int
+  click_rate: float
+  validation_buckets: int
+
+
+def training_data(train_files: List[str],
+                  tf_transform_output: tft.TFTransformOutput, label: str,
+                  batch_size: int, seed: int = 0) -> TrainingData:
+  """The training part and the validation slice of the train split
+  (`seed`: the training part's shuffle)."""
+  split_examples, _ = label_stats(train_files, label)
+  buckets = validation_buckets(split_examples)
+  train_examples, click_rate = label_stats(train_files, label, "train",
+                                           buckets)
+  validation_examples = split_examples - train_examples
+  if validation_examples == 0 or train_examples == 0:
+    raise ValueError(f"the train split's {split_examples} examples are too "
+                     "few to hold out a validation slice for early stopping; "
+                     "give more data")
+  return TrainingData(
+      train=make_dataset(train_files, tf_transform_output, label, batch_size,
+                         shuffle=True, seed=seed, part="train",
+                         buckets=buckets),
+      validation=make_dataset(train_files, tf_transform_output, label,
+                              batch_size, shuffle=False, part="validation",
+                              buckets=buckets),
+      train_examples=train_examples, validation_examples=validation_examples,
+      click_rate=click_rate, validation_buckets=buckets)
+
+
+def fit(model: models.CTRModel, data: TrainingData, epochs: int,
+        callbacks: Sequence[keras.callbacks.Callback] = (),
+        verbose: Any = "auto") -> Dict[str, Any]:
+  """Trains up to `epochs` epochs with early stopping on the validation
+  slice; the model ends with its best epoch's weights, its bias refitted on
+  that slice (training.recalibrate_bias).
+
+  Returns:
+    The record of the training: history (every epoch run), epochs_run and
+    best_epoch (1-based) with its validation metrics, and the bias_shift.
+  """
+  stopping = training.early_stopping()
+  history = model.fit(data.train, validation_data=data.validation,
+                      epochs=epochs, verbose=verbose,
+                      callbacks=[*callbacks, stopping])
+  curves = {k: [float(v) for v in vs] for k, vs in history.history.items()}
+  best = stopping.best_epoch
+  return {"history": curves,
+          "bias_shift": training.recalibrate_bias(model, data.validation),
+          "epochs_run": len(curves.get("loss", [])),
+          "best_epoch": best + 1,
+          "best": {k: vs[best] for k, vs in curves.items()
+                   if k.startswith("val_") and len(vs) > best}}
+
+
 def run_fn(fn_args) -> None:
-  """Trains the configured CTR model with CowClip and exports it."""
+  """Trains the configured CTR model with CowClip and its logistic-
+  regression baseline, and exports both in one SavedModel."""
   config = fn_args.custom_config
   spec = features.get_spec(config["dataset"])
   tf_transform_output = tft.TFTransformOutput(fn_args.transform_output)
   tuned = (fn_args.hyperparameters or {}).get("values", {})
   batch_size = config["batch_size"]
 
-  train_examples, click_rate = label_stats(fn_args.train_files, spec.label)
-  steps_per_epoch = math.ceil(train_examples / batch_size)
+  data = training_data(fn_args.train_files, tf_transform_output, spec.label,
+                       batch_size)
   logging.info("%s", check_training_fits(
       preprocessing.vocabulary_sizes(tf_transform_output, spec),
-      model_options(config, tuned).embedding_dim, batch_size, train_examples,
-      psutil.virtual_memory().available))
+      model_options(config, tuned).embedding_dim, batch_size,
+      data.train_examples, psutil.virtual_memory().available))
   model, record = build_and_compile(config, tuned, tf_transform_output,
-                                    steps_per_epoch, click_rate)
-
-  train = make_dataset(fn_args.train_files, tf_transform_output, spec.label,
-                       batch_size, shuffle=True)
-  evaluation = make_dataset(fn_args.eval_files, tf_transform_output,
-                            spec.label, batch_size, shuffle=False)
-  history = model.fit(
-      train, validation_data=evaluation, epochs=config["epochs"],
-      callbacks=[training.ThroughputLogger(batch_size),
-                 keras.callbacks.TensorBoard(log_dir=fn_args.model_run_dir)])
-
-  record.update(train_examples=train_examples,
-                steps_per_epoch=steps_per_epoch,
-                history={k: [float(v) for v in vs]
-                         for k, vs in history.history.items()})
-  export_serving_model(model, tf_transform_output, config,
+                                    data.train_examples, data.click_rate)
+  record.update(fit(model, data, config["epochs"], callbacks=[
+      training.ThroughputLogger(batch_size),
+      keras.callbacks.TensorBoard(log_dir=fn_args.model_run_dir)]))
+  baseline, baseline_record = build_and_compile(
+      config, tuned, tf_transform_output, data.train_examples,
+      data.click_rate, architecture=models.LOGISTIC_REGRESSION)
+  baseline_record.update(fit(baseline, data, config["epochs"]))
+  record.update(
+      train_examples=data.train_examples,
+      validation_examples=data.validation_examples,
+      steps_per_epoch=math.ceil(data.train_examples / batch_size),
+      logistic_regression={k: baseline_record[k] for k in (
+          "history", "epochs_run", "best_epoch", "best", "scaled")})
+  export_serving_model(model, baseline, tf_transform_output, config,
                        fn_args.serving_model_dir)
   for directory in (fn_args.model_run_dir, fn_args.serving_model_dir):
     with tf.io.gfile.GFile(os.path.join(directory, TRAINING_RECORD), "w") as f:

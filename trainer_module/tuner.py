@@ -15,8 +15,10 @@ maps them again for its own batch size.
   ``[low, high]`` for a float, a list of choices for a size, one number to
   fix a value.
 * Objective: the best epoch's validation AUC (``val_auc``: the models log
-  ``auc``, Keras prefixes validation metrics); each trial stops early once
-  the validation loss stops improving, so over-fitting trials end early.
+  ``auc``, Keras prefixes validation metrics) on the validation slice of
+  the TRAIN split that run_fn early-stops on (trainer.training_data; the
+  eval split stays unseen). Each trial stops early as run_fn does
+  (training.early_stopping), so over-fitting trials end early.
 * CtrTuner is tfx.components.Tuner whose executor also writes the table of
   every trial (TRIALS_JSON and TRIALS_CSV) into its ``tuner_results``
   artifact: TFX's own tuner_results.json has completed trials only, without
@@ -44,11 +46,9 @@ from tfx.types import standard_component_specs
 from trainer_module import features
 from trainer_module import models
 from trainer_module import trainer
+from trainer_module import training
 
 OBJECTIVE = "val_auc"
-EARLY_STOPPING_MONITOR = "val_loss"
-# Epochs without a lower validation loss before a trial stops.
-EARLY_STOPPING_PATIENCE = 1
 # Fixed, so the same settings propose the same trials (and TFX's cache
 # stays meaningful).
 SEARCH_SEED = 0
@@ -276,12 +276,12 @@ class CtrHyperModel(keras_tuner.HyperModel):
   def __init__(self, custom_config: Mapping[str, Any],
                space: Mapping[str, Dimension],
                tf_transform_output: tft.TFTransformOutput,
-               steps_per_epoch: int, click_rate: float):
+               train_examples: int, click_rate: float):
     super().__init__(name=custom_config["model"])
     self._config = custom_config
     self._space = space
     self._tf_transform_output = tf_transform_output
-    self._steps_per_epoch = steps_per_epoch
+    self._train_examples = train_examples
     self._click_rate = click_rate
 
   def declare_hyperparameters(self, hp: keras_tuner.HyperParameters) -> None:
@@ -291,7 +291,7 @@ class CtrHyperModel(keras_tuner.HyperModel):
   def build(self, hp: keras_tuner.HyperParameters) -> keras.Model:
     model, _ = trainer.build_and_compile(
         self._config, hp.values, self._tf_transform_output,
-        self._steps_per_epoch, self._click_rate)
+        self._train_examples, self._click_rate)
     return model
 
   def fit(self, hp, model, *args, **kwargs) -> Dict[str, float]:
@@ -336,25 +336,18 @@ def tuner_fn(fn_args) -> tfx.components.TunerFnResult:
                        model_options=config.get("model_options"))
   tf_transform_output = tft.TFTransformOutput(fn_args.transform_graph_path)
   batch_size = config["batch_size"]
-  train_examples, click_rate = trainer.label_stats(fn_args.train_files,
-                                                   spec.label)
-  steps_per_epoch = math.ceil(train_examples / batch_size)
+  data = trainer.training_data(fn_args.train_files, tf_transform_output,
+                               spec.label, batch_size)
   hypermodel = CtrHyperModel(config, space, tf_transform_output,
-                             steps_per_epoch, click_rate)
+                             data.train_examples, data.click_rate)
   tuner = make_tuner(settings["tuner"], hypermodel, settings["trials"],
                      config["epochs"],
                      os.path.join(fn_args.working_dir, "keras_tuner"))
-  train = trainer.make_dataset(fn_args.train_files, tf_transform_output,
-                               spec.label, batch_size, shuffle=True)
-  evaluation = trainer.make_dataset(fn_args.eval_files, tf_transform_output,
-                                    spec.label, batch_size, shuffle=False)
   return tfx.components.TunerFnResult(
       tuner=tuner,
-      fit_kwargs={"x": train, "validation_data": evaluation,
+      fit_kwargs={"x": data.train, "validation_data": data.validation,
                   "epochs": config["epochs"], "verbose": 2,
-                  "callbacks": [keras.callbacks.EarlyStopping(
-                      monitor=EARLY_STOPPING_MONITOR,
-                      patience=EARLY_STOPPING_PATIENCE)]})
+                  "callbacks": [training.early_stopping()]})
 
 
 def trial_rows(oracle: keras_tuner.Oracle) -> List[Dict[str, Any]]:

@@ -40,3 +40,38 @@ def test_preprocessing_change_reruns_transform_and_trainer(code_copy, name):
   _edit(code_copy / name)
   assert config.transform_config["code"] != transform
   assert config.trainer_config["code"] != trainer
+
+
+def test_vocabulary_threshold_follows_the_estimated_data_size(tmp_path):
+  row = b"0\t" + b"\t".join([b"1"] * 13 + [b"68fd1e64"] * 26) + b"\n"
+  small = tmp_path / "small.txt"
+  small.write_bytes(row * 5000)
+  assert config_lib.estimate_rows(str(small)) == 5000
+  assert config_lib.estimate_rows(str(tmp_path)) == 5000  # A directory.
+  assert config_lib.estimate_rows("gs://bucket/train.txt") is None
+  config = config_lib.PipelineConfig(dataset="criteo", data=str(small),
+                                     output=str(tmp_path / "out"))
+  # 4,500 train rows: ids need a share of 10 / 41M rows: the floor, 2.
+  assert config.transform_config["min_frequency"] == 2
+  spec = config.spec
+  assert spec.auto_min_frequency(spec.reference_examples) == 10
+  assert spec.auto_min_frequency(spec.reference_examples // 2) == 5
+  assert spec.auto_min_frequency(10**10) == 10
+  given = config_lib.PipelineConfig(dataset="criteo", data=str(small),
+                                    output="o", min_frequency=7)
+  assert given.transform_config["min_frequency"] == 7
+  remote = config_lib.PipelineConfig(dataset="criteo", data="gs://b/t.txt",
+                                     output="o")
+  assert remote.transform_config["min_frequency"] == 10
+
+
+def test_auto_hparams_skip_the_overridden_keys():
+  config = config_lib.PipelineConfig(dataset="criteo", data="d", output="o",
+                                     hparams={"embed_lr": 1e-3})
+  assert config.trainer_config["auto_hparams"] == ["dense_lr", "l2"]
+  off = config_lib.PipelineConfig(dataset="criteo", data="d", output="o",
+                                  auto_hparams=False)
+  assert off.trainer_config["auto_hparams"] == []
+  with pytest.raises(ValueError, match="max_auc_below_lr must be >= 0"):
+    config_lib.PipelineConfig(dataset="criteo", data="d", output="o",
+                              max_auc_below_lr=-0.1)

@@ -7,6 +7,7 @@ cache on re-run.
 """
 
 import glob
+import json
 import os
 
 import numpy as np
@@ -17,10 +18,13 @@ from ml_metadata.proto import metadata_store_pb2
 from sklearn.metrics import roc_auc_score
 from tfx import v1 as tfx
 
+from components import lr_gate
 from pipeline import cli
 from pipeline import generate
+from pipeline import report
 from pipeline import runner
 from trainer_module import features
+from trainer_module import trainer
 
 pytestmark = pytest.mark.slow
 
@@ -130,6 +134,30 @@ def test_pushed_model_scores_raw_examples(finished_run):
   empty = tf.train.Example().SerializeToString()
   assert 0 < float(model.signatures["serving_default"](
       examples=tf.constant([empty]))["probability"][0, 0]) < 1
+
+
+def test_model_serves_its_logistic_regression_baseline_and_early_stops(
+    finished_run):
+  """Both outputs, evaluated side by side; the training record says which
+  epoch was kept, chosen on the train split's validation slice."""
+  dataset, data, output, _ = finished_run
+  pushed = glob.glob(str(output / "serving" / "*" / "saved_model.pb"))
+  model_dir = os.path.dirname(pushed[0])
+  model = tf.saved_model.load(model_dir)
+  serialized, labels = _raw_examples(dataset, data)
+  outputs = model.signatures["serving_default"](
+      examples=tf.constant(serialized))
+  lr = outputs[trainer.LR_OUTPUT].numpy().ravel()
+  assert np.all((lr > 0) & (lr < 1)) and roc_auc_score(labels, lr) > 0.6
+  with open(os.path.join(model_dir, trainer.TRAINING_RECORD)) as f:
+    record = json.load(f)
+  assert 1 <= record["best_epoch"] <= record["epochs_run"] <= 2
+  assert record["validation_examples"] > 0
+  assert record["logistic_regression"]["best_epoch"] >= 1
+  evaluation = report.read_evaluation(runner.read_outcome_at(
+      str(output / "metadata.sqlite")).evaluation)
+  assert {"auc", lr_gate.AUC_OVER_LR, report.LR_PREFIX + "auc",
+          report.LR_PREFIX + "binary_crossentropy"} <= set(evaluation.overall)
 
 
 def test_rerun_with_same_output_reuses_cache(finished_run):

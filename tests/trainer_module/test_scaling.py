@@ -82,3 +82,34 @@ def test_base_is_not_mutated_and_result_is_new(rule):
 def test_bad_input_is_rejected(args, message):
   with pytest.raises(ValueError, match=message):
     scaling.scale_hparams(*args)
+
+
+def test_auto_base_follows_the_number_of_updates():
+  published = features.CRITEO.base_hparams
+  reference = features.CRITEO.reference_examples
+  # The full dataset (or more) keeps the published values.
+  assert scaling.auto_base_hparams(published, reference, reference) == (
+      dict(published))
+  assert scaling.auto_base_hparams(published, reference, 10 * reference) == (
+      dict(published))
+  # 100x fewer rows.
+  auto = scaling.auto_base_hparams(published, reference, reference // 100)
+  ratio = reference / (reference // 100)
+  assert auto["embed_lr"] == pytest.approx(
+      published["embed_lr"] * ratio ** scaling.AUTO_EMBED_EXPONENT)
+  assert auto["l2"] == pytest.approx(
+      published["l2"] * ratio ** scaling.AUTO_L2_EXPONENT)
+  assert auto["dense_lr"] == scaling.AUTO_MAX_DENSE_LR
+  for name in ("r", "zeta", "warmup_epochs"):
+    assert auto[name] == published[name]
+  # Tiny data: capped.
+  tiny = scaling.auto_base_hparams(published, reference, 1000)
+  assert tiny["embed_lr"] == pytest.approx(
+      published["embed_lr"] * scaling.AUTO_MAX_FACTOR)
+  assert tiny["l2"] == pytest.approx(
+      published["l2"] * scaling.AUTO_MAX_L2_FACTOR)
+  # Only the asked keys.
+  only = scaling.auto_base_hparams(published, reference, 1000, ["l2"])
+  assert only["embed_lr"] == published["embed_lr"]
+  with pytest.raises(ValueError, match="cannot derive"):
+    scaling.auto_base_hparams(published, reference, 1000, ["r"])

@@ -1,4 +1,5 @@
-"""trainer_module.trainer pieces that need no pipeline: bucketing, hparams."""
+"""trainer_module.trainer pieces that need no pipeline: bucketing, hparams,
+the validation slice of early stopping."""
 
 import numpy as np
 import pytest
@@ -61,3 +62,106 @@ def test_label_stats_counts_examples_and_clicks(tmp_path):
   assert trainer.label_stats([str(tmp_path / "*.gz")], "click") == (5, 0.4)
   with pytest.raises(FileNotFoundError, match="no transformed examples"):
     trainer.label_stats([str(tmp_path / "none-*")], "click")
+
+
+def test_training_hparams_derive_auto_keys_from_the_data_size():
+  base = {"dense_lr": 8e-4, "embed_lr": 1e-4, "l2": 1e-5, "r": 1.0,
+          "zeta": 1e-5, "warmup_epochs": 1.0}
+  config = {"scaling_rule": "cowclip", "base_batch_size": 1024,
+            "batch_size": 2048, "base_hparams": base,
+            "auto_hparams": ["embed_lr", "l2"],
+            "reference_examples": 40_000_000}
+  record = trainer.training_hparams(config, {"l2": 3e-4}, 400_000)
+  # 100x fewer rows: embed_lr x 100 ** 0.8; l2 was tuned, so it stays.
+  assert record["auto"] == ["embed_lr"]
+  assert record["base"]["embed_lr"] == pytest.approx(1e-4 * 100 ** 0.8)
+  assert record["base"]["l2"] == 3e-4
+  assert record["base"]["dense_lr"] == 8e-4  # Not an auto key here.
+  assert record["scaled"] == scaling.scale_hparams(
+      "cowclip", record["base"], 1024, 2048)
+  # Without a data size (showing a tuning result) nothing is derived.
+  assert trainer.training_hparams(config, {})["base"] == base
+
+
+def _write_records(path, labels):
+  with tf.io.TFRecordWriter(path, options="GZIP") as writer:
+    for i, label in enumerate(labels):
+      writer.write(tf.train.Example(features=tf.train.Features(feature={
+          "row": tf.train.Feature(int64_list=tf.train.Int64List(value=[i])),
+          "click": tf.train.Feature(float_list=tf.train.FloatList(
+              value=[label]))})).SerializeToString())
+
+
+class _FeatureSpec:
+  """The one method make_dataset reads of a TFTransformOutput."""
+
+  def transformed_feature_spec(self):
+    return {"row": tf.io.FixedLenFeature([], tf.int64),
+            "click": tf.io.FixedLenFeature([], tf.float32)}
+
+
+def _rows(dataset):
+  return [int(r) for features, _ in dataset for r in features["row"]]
+
+
+def test_validation_slice_partitions_the_train_split_deterministically(
+    tmp_path):
+  labels = np.random.default_rng(0).integers(0, 2, 3000).astype(float)
+  for shard in range(2):
+    _write_records(str(tmp_path / f"train-{shard}.gz"),
+                   labels[shard::2])
+  files = [str(tmp_path / "train-*.gz")]
+  buckets = trainer.validation_buckets(3000)
+  assert buckets == 100  # 10% of the hash buckets.
+
+  def rows(part, shuffle, seed=0):
+    return _rows(trainer.make_dataset(files, _FeatureSpec(), "click", 64,
+                                      shuffle=shuffle, seed=seed, part=part,
+                                      buckets=buckets))
+
+  validation = rows("validation", shuffle=False)
+  train = rows("train", shuffle=True, seed=1)
+  # Disjoint and complete (row ids are per shard: pair them with the shard
+  # through the label-free count instead).
+  assert len(validation) + len(train) == 3000
+  assert 200 < len(validation) < 400  # ~10%.
+  # The same rows whatever the order they are read in.
+  assert sorted(rows("train", shuffle=True, seed=2)) == sorted(train)
+  assert sorted(rows("validation", shuffle=True, seed=3)) == sorted(
+      validation)
+  assert trainer.label_stats(files, "click", "validation", buckets)[0] == len(
+      validation)
+  assert trainer.label_stats(files, "click", "train", buckets)[0] == len(train)
+
+
+def test_in_validation_slice_is_a_fingerprint_of_the_record():
+  records = tf.constant([b"a", b"b", b"a", b"c" * 100])
+  got = trainer.in_validation_slice(records, 500).numpy().tolist()
+  want = (tf.strings.to_hash_bucket_fast(records, 1000) < 500).numpy()
+  assert got == want.tolist() and got[0] == got[2]
+  assert trainer.validation_buckets(10**9) == 1  # Capped, never empty.
+  assert trainer.validation_buckets(4_000_000) == 50
+
+
+def test_training_data_reads_only_the_train_split(tmp_path, monkeypatch):
+  """No eval row is used to train or to select the epoch: run_fn, the
+  tuner and the study get both parts from the train files alone."""
+  _write_records(str(tmp_path / "train.gz"), [1.0, 0.0] * 500)
+  opened = []
+  real = tf.data.TFRecordDataset
+
+  def recording(files, *args, **kwargs):
+    opened.append(files)
+    return real(files, *args, **kwargs)
+
+  monkeypatch.setattr(tf.data, "TFRecordDataset", recording)
+  data = trainer.training_data([str(tmp_path / "train.gz")], _FeatureSpec(),
+                               "click", 100)
+  train, validation = _rows(data.train), _rows(data.validation)
+  assert not set(train) & set(validation)
+  assert sorted(train + validation) == list(range(1000))
+  assert (data.train_examples, data.validation_examples) == (
+      len(train), len(validation))
+  assert data.click_rate == pytest.approx(
+      sum(1 - r % 2 for r in train) / len(train))
+  assert all("eval" not in str(f) for f in opened), opened

@@ -338,3 +338,33 @@ def test_mixed_bfloat16_keeps_float32_weights_and_table_gradients():
   assert {g.dtype for g in gradients} == {tf.float32}
   logs = model.train_on_batch(features, labels, return_dict=True)
   assert math.isfinite(logs["loss"]) and 0 <= logs["clipped_fraction"] <= 1
+
+
+def test_recalibrate_bias_matches_mean_prediction_to_click_rate():
+  model = _model()
+  batches = [_batch(seed) for seed in range(4)]
+  labels = np.concatenate([l for _, l in batches])
+  model.bias.assign([2.5])  # Far off: predicts ~90% clicks.
+  data = tf.data.Dataset.from_tensor_slices(
+      ({k: np.concatenate([f[k] for f, _ in batches]) for k in batches[0][0]},
+       labels)).batch(8)
+  logits_before = np.concatenate(
+      [_np(model(f, training=False)).reshape(-1) for f, _ in data])
+  shift = training.recalibrate_bias(model, data)
+  logits_after = np.concatenate(
+      [_np(model(f, training=False)).reshape(-1) for f, _ in data])
+  np.testing.assert_allclose(logits_after - logits_before, shift, atol=1e-5)
+  mean_prediction = (1 / (1 + np.exp(-logits_after.astype(np.float64)))).mean()
+  assert mean_prediction == pytest.approx(labels.mean(), abs=1e-5)
+  assert shift < 0
+
+
+def test_logistic_regression_trains_without_deep_tables():
+  config = dataclasses.replace(CONFIG, cowclip=False)
+  model = _model(config, name="lr")
+  wide_before = [_np(w).copy() for _, _, w in model.embedding_tables()]
+  features, labels = _batch(0)
+  model.train_on_batch(features, labels)
+  moved = [not np.array_equal(_np(w), before) for (_, _, w), before
+           in zip(model.embedding_tables(), wide_before)]
+  assert all(moved)
