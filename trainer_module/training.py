@@ -563,8 +563,8 @@ def recalibrate_bias(model: CowClipTrainer, data: tf.data.Dataset) -> float:
   under-predict by 7-15% on small data (docs/defaults.md), outside the
   gate's calibration band. Refitting the intercept alone on held-out
   training rows (the validation slice, never the eval split) fixes the
-  level without changing any ranking, so AUC is unchanged. Newton's method
-  on mean(sigmoid(z + shift)) = mean(label), in float64.
+  level without changing any ranking, so AUC is unchanged. Bisection on
+  mean(sigmoid(z + shift)) = mean(label) (monotone in the shift), float64.
 
   Returns:
     The shift added to the bias (a logit).
@@ -577,12 +577,13 @@ def recalibrate_bias(model: CowClipTrainer, data: tf.data.Dataset) -> float:
   z = np.concatenate(logits).astype(np.float64)
   rate = float(np.clip(np.concatenate(labels).astype(np.float64).mean(),
                        1e-6, 1 - 1e-6))
-  shift = 0.0
-  for _ in range(100):
-    p = 1.0 / (1.0 + np.exp(-(z + shift)))
-    error, slope = p.mean() - rate, (p * (1.0 - p)).mean()
-    if abs(error) < 1e-10 or slope <= 0:
-      break
-    shift = float(np.clip(shift - error / slope, -20.0, 20.0))
+  low, high = -30.0, 30.0  # The mean prediction grows with the shift.
+  for _ in range(60):
+    shift = (low + high) / 2
+    if np.mean(1.0 / (1.0 + np.exp(-(z + shift)))) > rate:
+      high = shift
+    else:
+      low = shift
+  shift = (low + high) / 2
   model.bias.assign_add([shift])
   return shift
