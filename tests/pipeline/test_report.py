@@ -88,7 +88,10 @@ class _TinyModel(tf.Module):
   def serve(self, examples):
     x = self._x(examples)
     score = x * x if self._squared else x
-    return {trainer.PREDICTION_KEY: tf.sigmoid(self.weight * score)}
+    # Every model the Trainer exports also serves its logistic-regression
+    # baseline, which the eval config evaluates beside it.
+    return {trainer.PREDICTION_KEY: tf.sigmoid(self.weight * score),
+            trainer.LR_OUTPUT: tf.sigmoid(0.5 * self.weight * x)}
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
   def slicing_features(self, examples):
