@@ -243,7 +243,11 @@ def tfma_metrics(serving_dir: str, eval_config: tfma.EvalConfig,
     for by_sub_key in by_output.get("", {}).values():
       for metrics in by_sub_key.values():
         for name, value in metrics.items():
-          if "doubleValue" in value:
+          # TFMA writes its own metrics as {"doubleValue": x}, a custom
+          # metric's float (components.lr_gate) as the number itself.
+          if isinstance(value, (int, float)):
+            values[name] = float(value)
+          elif "doubleValue" in value:
             values[name] = value["doubleValue"]
   if "" not in slices:
     raise LookupError(f"TFMA wrote no overall slice to {output_path}")
