@@ -580,8 +580,13 @@ def same_training(config: PipelineConfig, run: StudyRun,
   hyperparameters (r, zeta and warmup never depend on the rule) give the
   same model: at the base batch size every rule but cowclip is `none`.
   """
-  hparams = scaling.scale_hparams(run.rule, config.base_hparams,
-                                  config.spec.base_batch_size, run.batch_size)
+  if not rows:
+    return None
+  # The `auto` base values depend on the training rows, the same for every
+  # run of a study (one Transform output, one validation slice).
+  hparams = trainer.training_hparams(
+      run_config(config, run).trainer_config, {},
+      int(float(rows[0]["train_examples"])))["scaled"]
   wanted = _training_signature({
       "model": run.model, "batch_size": run.batch_size, "seed": run.seed,
       "cowclip": run.cowclip, "epochs": config.epochs,
