@@ -239,8 +239,10 @@ def tfma_metrics(serving_dir: str, eval_config: tfma.EvalConfig,
   slices = {}
   for slice_key, by_output in result.slicing_metrics:
     values = slices.setdefault(_slice_name(slice_key), {})
-    # The model's output only (not the logistic-regression baseline's).
-    for by_sub_key in by_output.get("", {}).values():
+    # The model's output only (not the logistic-regression baseline's):
+    # keyed by its name in a multi-output model, "" for the gate's metric.
+    for by_sub_key in [v for output in ("", trainer.PREDICTION_KEY)
+                       for v in by_output.get(output, {}).values()]:
       for metrics in by_sub_key.values():
         for name, value in metrics.items():
           # TFMA writes its own metrics as {"doubleValue": x}, a custom
