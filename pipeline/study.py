@@ -236,23 +236,28 @@ def tfma_metrics(serving_dir: str, eval_config: tfma.EvalConfig,
       eval_config=eval_config, data_location=eval_pattern,
       file_format="tfrecords", output_path=output_path,
       pipeline_options=PipelineOptions(list(beam_args)))
-  slices = {}
-  for slice_key, by_output in result.slicing_metrics:
-    values = slices.setdefault(_slice_name(slice_key), {})
-    # The model's output only (not the logistic-regression baseline's):
-    # keyed by its name in a multi-output model, "" for the gate's metric.
-    for by_sub_key in [v for output in ("", trainer.PREDICTION_KEY)
-                       for v in by_output.get(output, {}).values()]:
-      for metrics in by_sub_key.values():
-        for name, value in metrics.items():
-          # TFMA writes its own metrics as {"doubleValue": x}, a custom
-          # metric's float (components.lr_gate) as the number itself.
-          if isinstance(value, (int, float)):
-            values[name] = float(value)
-          elif "doubleValue" in value:
-            values[name] = value["doubleValue"]
+  slices = model_metrics_by_slice(result.slicing_metrics)
   if "" not in slices:
     raise LookupError(f"TFMA wrote no overall slice to {output_path}")
+  return slices
+
+
+def model_metrics_by_slice(slicing_metrics) -> Dict[str, Dict[str, float]]:
+  """{slice name: {metric: value}} of the model's output from TFMA's
+  EvalResult.slicing_metrics (the logistic-regression output left out)."""
+  slices = {}
+  for slice_key, by_output in slicing_metrics:
+    values = slices.setdefault(_slice_name(slice_key), {})
+    # {output: {sub key: {metric: value}}}. The model's output is "" (the
+    # model spec's prediction_key), the logistic regression's is not read.
+    for metrics in by_output.get("", {}).values():
+      for name, value in metrics.items():
+        # TFMA writes its own metrics as {"doubleValue": x}, a custom
+        # metric's float (components.lr_gate) as the number itself.
+        if isinstance(value, (int, float)):
+          values[name] = float(value)
+        elif "doubleValue" in value:
+          values[name] = value["doubleValue"]
   return slices
 
 

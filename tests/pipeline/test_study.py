@@ -70,6 +70,24 @@ def test_metrics_row_reads_overall_and_frequency_slices():
   assert math.isnan(row["auc_medium"]) and math.isnan(row["examples_medium"])
 
 
+def test_model_metrics_are_the_model_outputs_not_the_baselines():
+  # The shape of TFMA 0.47's EvalResult.slicing_metrics for the exported
+  # two-output signature (model "", logistic regression LR_OUTPUT).
+  def by_output(auc, lr_auc):
+    return {"": {"": {"auc": {"doubleValue": auc},
+                      "example_count": {"doubleValue": 302.0},
+                      "auc_over_logistic_regression": auc - lr_auc}},
+            "logistic_regression": {"": {"auc": {"doubleValue": lr_auc},
+                                         "example_count": {
+                                             "doubleValue": 302.0}}}}
+  slices = study.model_metrics_by_slice([
+      ((), by_output(0.75, 0.7)),
+      ((("id_frequency", b"rare"),), by_output(0.6, 0.65))])
+  assert slices[""]["auc"] == 0.75 and slices[""]["example_count"] == 302
+  assert slices[""]["auc_over_logistic_regression"] == pytest.approx(0.05)
+  assert slices["id_frequency=rare"]["auc"] == 0.6
+
+
 def _row(rule, batch, seed, auc, diverged=False, cowclip=None):
   cowclip = rule == "cowclip" if cowclip is None else cowclip
   row = {name: 1.0 for name in study.COLUMNS}
