@@ -22,6 +22,20 @@ a floor for rows still near zero (small initialisation), which could otherwise
 hardly move. This per-id control is what lets the embedding learning rate
 stay fixed as the batch grows (see scaling.py).
 
+Nearest relative: adaptive gradient clipping (AGC; Brock et al., "High-
+Performance Large-Scale Image Recognition Without Normalization", ICML 2021;
+optax.adaptive_grad_clip), which clips each unit's gradient to
+lambda * max(||W_unit||, eps). CowClip is AGC with the embedding row as the
+unit, lambda = r, a floor zeta, and one thing AGC lacks: the threshold
+grows with the row's count in the batch, because an embedding row's
+gradient is a sum over the examples that hold its id (the "reference"
+variant below is exactly AGC's form times cnt_k).
+
+Code shape, as optax's clipping transforms: ``clip_rows`` is the pure row
+clip (rows, counts, norms in; clipped rows out) and ``gradient_rows`` the
+adapter that turns a dense or IndexedSlices table gradient into those rows;
+``clip_embedding_gradient`` composes the two.
+
 Variants. "paper" is the formula printed in the paper. "reference" follows the
 authors' public code (bytedance/LargeBatchCTR, train.py + clip.py): it passes
 ``r * sqrt(d) * zeta`` as the floor on ||W_k|| and multiplies the result by r,
@@ -46,7 +60,7 @@ the dense path is the fully static alternative.
 """
 
 import math
-from typing import NamedTuple, Union
+from typing import NamedTuple, Optional, Union
 
 import tensorflow as tf
 
@@ -87,10 +101,66 @@ def id_counts(ids: tf.Tensor, vocab_size: Union[int, tf.Tensor],
       tf.ones_like(flat, dtype=dtype), flat, vocab_size)
 
 
+class GradientRows(NamedTuple):
+  """One table's gradient as rows, with what the clip needs per row.
+
+  Attributes:
+    rows: [n, d] gradient rows (each the sum over its id's slices).
+    counts: [n] occurrences of each row's id in the batch (0: absent).
+    weight_norms: [n] ||W_k|| of each row's embedding.
+    indices: [n] table rows of a sparse gradient (None: dense, n = V).
+  """
+  rows: tf.Tensor
+  counts: tf.Tensor
+  weight_norms: tf.Tensor
+  indices: Optional[tf.Tensor]
+
+
+def gradient_rows(gradient: Gradient, embeddings, ids: tf.Tensor
+                 ) -> GradientRows:
+  """The adapter: a dense [V, d] or IndexedSlices gradient as GradientRows.
+
+  Dense: every row of the table, counts over the vocabulary. IndexedSlices:
+  one row per distinct index (tf.unique order), its slices summed (the norm
+  is that of the summed row), counts and norms gathered for those rows only.
+
+  Raises:
+    ValueError: non-integer ids, or shapes of gradient and embeddings that
+      do not match.
+  """
+  ids = tf.convert_to_tensor(ids)
+  if not ids.dtype.is_integer:
+    raise ValueError(f"CowClip ids must be integers, got dtype {ids.dtype}")
+  table_shape = tf.TensorShape(embeddings.shape)
+  if table_shape.rank != 2 or table_shape[1] is None:
+    raise ValueError("CowClip embeddings must be a [V, d] table with known d, "
+                     f"got shape {table_shape}")
+  dim = table_shape[1]
+  vocab_size = tf.shape(embeddings)[0]
+  if isinstance(gradient, tf.IndexedSlices):
+    if not gradient.values.shape[-1:].is_compatible_with([dim]):
+      raise ValueError(f"CowClip gradient slices have shape "
+                       f"{gradient.values.shape}, embeddings {table_shape}")
+    unique_ids, position = tf.unique(gradient.indices)
+    rows = tf.math.unsorted_segment_sum(gradient.values, position,
+                                        tf.size(unique_ids))
+    rows.set_shape([None, dim])
+    return GradientRows(
+        rows, tf.gather(id_counts(ids, vocab_size, rows.dtype), unique_ids),
+        tf.norm(tf.gather(embeddings, unique_ids), axis=-1), unique_ids)
+  rows = tf.convert_to_tensor(gradient)
+  if not rows.shape.is_compatible_with(table_shape):
+    raise ValueError(f"CowClip dense gradient has shape {rows.shape}, "
+                     f"embeddings {table_shape}")
+  return GradientRows(rows, id_counts(ids, vocab_size, rows.dtype),
+                      tf.norm(embeddings, axis=-1), None)
+
+
 def clip_embedding_gradient(gradient: Gradient, embeddings, ids: tf.Tensor,
                             r: float, zeta: float,
                             variant: str = "paper") -> ClipResult:
-  """Applies CowClip to one embedding table's gradient (see module doc).
+  """Applies CowClip to one embedding table's gradient (see module doc):
+  gradient_rows (the adapter), then clip_rows (the pure row clip).
 
   Args:
     gradient: the gradient of ``embeddings``, either a dense [V, d] tensor or
@@ -117,55 +187,35 @@ def clip_embedding_gradient(gradient: Gradient, embeddings, ids: tf.Tensor,
     ValueError: unknown variant, negative r or zeta, non-integer ids, or
       shapes of gradient and embeddings that do not match.
   """
+  check_clip_settings(r, zeta, variant)
+  rows = gradient_rows(gradient, embeddings, ids)
+  result = clip_rows(rows.rows, rows.counts, rows.weight_norms, r, zeta,
+                     variant)
+  if rows.indices is None:
+    return result
+  return result._replace(gradient=tf.IndexedSlices(
+      result.gradient, rows.indices, gradient.dense_shape))
+
+
+def check_clip_settings(r: float, zeta: float, variant: str) -> None:
+  """Raises ValueError for an unknown variant or a negative r or zeta."""
   if variant not in VARIANTS:
     raise ValueError(f"unknown CowClip variant {variant!r}; choose one of "
                      f"{VARIANTS}")
   if not (r >= 0 and zeta >= 0):
     raise ValueError(f"CowClip needs r >= 0 and zeta >= 0, got r={r}, "
                      f"zeta={zeta}")
-  ids = tf.convert_to_tensor(ids)
-  if not ids.dtype.is_integer:
-    raise ValueError(f"CowClip ids must be integers, got dtype {ids.dtype}")
-  table_shape = tf.TensorShape(embeddings.shape)
-  if table_shape.rank != 2 or table_shape[1] is None:
-    raise ValueError("CowClip embeddings must be a [V, d] table with known d, "
-                     f"got shape {table_shape}")
-  dim = table_shape[1]
-  vocab_size = tf.shape(embeddings)[0]
-
-  if isinstance(gradient, tf.IndexedSlices):
-    if not gradient.values.shape[-1:].is_compatible_with([dim]):
-      raise ValueError(f"CowClip gradient slices have shape "
-                       f"{gradient.values.shape}, embeddings {table_shape}")
-    unique_ids, position = tf.unique(gradient.indices)
-    rows = tf.math.unsorted_segment_sum(gradient.values, position,
-                                        tf.size(unique_ids))
-    rows.set_shape([None, dim])
-    counts = tf.gather(id_counts(ids, vocab_size, rows.dtype), unique_ids)
-    weight_norms = tf.norm(tf.gather(embeddings, unique_ids), axis=-1)
-  else:
-    rows = tf.convert_to_tensor(gradient)
-    if not rows.shape.is_compatible_with(table_shape):
-      raise ValueError(f"CowClip dense gradient has shape {rows.shape}, "
-                       f"embeddings {table_shape}")
-    counts = id_counts(ids, vocab_size, rows.dtype)
-    weight_norms = tf.norm(embeddings, axis=-1)
-
-  result = clip_rows(rows, counts, weight_norms, r, zeta, variant)
-  if isinstance(gradient, tf.IndexedSlices):
-    return result._replace(gradient=tf.IndexedSlices(
-        result.gradient, unique_ids, gradient.dense_shape))
-  return result
 
 
 def clip_rows(rows: tf.Tensor, counts: tf.Tensor, weight_norms: tf.Tensor,
               r: float, zeta: float, variant: str = "paper") -> ClipResult:
-  """CowClip on gradient rows whose counts and weight norms are known.
+  """The pure row clip: CowClip on rows whose counts and norms are known.
 
-  The core of clip_embedding_gradient, for a caller that already has one
-  gradient row per id (e.g. the training step, which deduplicates the
-  batch's ids once per field and gathers their weight rows once): no id
-  count over the vocabulary, no second tf.unique.
+  A function of its inputs only (no tables, no ids, no tf.unique), like
+  optax's clipping transforms: clip_embedding_gradient feeds it through the
+  gradient_rows adapter, and the training step, which deduplicates the
+  batch's ids once per field and gathers their weight rows once, calls it
+  directly.
 
   Args:
     rows: [n, d] gradient rows (summed over each id's occurrences).
