@@ -2,7 +2,7 @@
 
 Every exported model also serves the logistic-regression baseline that the
 Trainer trained beside it on the same transformed features (second output
-of the serving signature, trainer_module.trainer.LR_OUTPUT). TFMA gives every
+of the serving signature, trainer_module.contract.LR_OUTPUT). TFMA gives every
 output its own metrics, but its thresholds compare one output with a bound
 or with the same output of a baseline MODEL, never two outputs. So the check
 is this metric: the model's AUC minus the logistic regression's, computed
@@ -22,7 +22,7 @@ from tensorflow_model_analysis.metrics import metric_types
 from tensorflow_model_analysis.metrics import metric_util
 from tensorflow_model_analysis.proto import config_pb2
 
-from trainer_module.trainer import LR_OUTPUT
+from trainer_module.contract import LR_OUTPUT
 
 AUC_OVER_LR = "auc_over_logistic_regression"
 

@@ -9,8 +9,9 @@ first run:
       --cases 1024:dense:on:1,... [--precision mixed_bfloat16] --out CSV
 
 Each case is batch:update:cowclip(on|off):vocab_scale. It calls the
-checkout's own pipeline.benchmark.time_training_step (commit 22f48f6 has the
-same function without precisions and step components).
+checkout's own commands.benchmark.time_training_step (pipeline.benchmark
+before the commands/ room; commit 22f48f6 has the same function without
+precisions and step components).
 """
 
 import argparse
@@ -23,7 +24,10 @@ import time
 
 sys.path.insert(0, os.getcwd())
 
-from pipeline import benchmark  # noqa: E402  (the checkout's)
+try:  # The checkout's; before the commands/ room it was pipeline.benchmark.
+  from commands import benchmark  # noqa: E402
+except ImportError:
+  from pipeline import benchmark  # noqa: E402
 from trainer_module import features  # noqa: E402
 from trainer_module import models  # noqa: E402
 

@@ -1,8 +1,8 @@
-"""`python -m pipeline ...`: see pipeline.cli."""
+"""`python -m pipeline ...`: see commands.cli."""
 
 import sys
 
-from pipeline import cli
+from commands import cli
 
 if __name__ == "__main__":
   sys.exit(cli.main())

@@ -130,7 +130,7 @@ def write_pipeline_spec(spec: Dict[str, Any], path: str) -> None:
 def config_from_args(args: argparse.Namespace) -> PipelineConfig:
   """PipelineConfig from parsed `compile-kubeflow` arguments."""
   # pylint: disable-next=g-import-not-at-top
-  from pipeline import cli
+  from commands import cli
   temp_location = args.temp_location or (
       f"{args.output.rstrip('/')}/beam-temp")
   beam_args = config_lib.beam_pipeline_args(
@@ -168,7 +168,7 @@ def add_compile_parser(subparsers: Any) -> argparse.ArgumentParser:
   and `--pipeline-root` replaces `run`'s output directory.
   """
   # pylint: disable-next=g-import-not-at-top
-  from pipeline import cli
+  from commands import cli
   parser = subparsers.add_parser(
       "compile-kubeflow", conflict_handler="resolve",
       help="compile the pipeline for Kubeflow Pipelines v2 (offline)",

@@ -24,12 +24,12 @@ from components.baseline import LatestPushedModel
 from components.pusher import Pusher
 from components.raw_example_gen import RawCtrExampleGen
 from components.strict_example_validator import StrictExampleValidator
+from components.tuner import CtrTuner
 from pipeline.config import PipelineConfig
-from trainer_module import tuner as tuner_lib
-from trainer_module.trainer import ID_FREQUENCY
-from trainer_module.trainer import LR_OUTPUT
-from trainer_module.trainer import PREDICTION_KEY
-from trainer_module.trainer import SLICING_SIGNATURE
+from trainer_module.contract import ID_FREQUENCY
+from trainer_module.contract import LR_OUTPUT
+from trainer_module.contract import PREDICTION_KEY
+from trainer_module.contract import SLICING_SIGNATURE
 
 PREPROCESSING_FN = "trainer_module.preprocessing.preprocessing_fn"
 RUN_FN = "trainer_module.trainer.run_fn"
@@ -159,7 +159,7 @@ def create_pipeline(config: PipelineConfig,
   """The TFX pipeline for `config`, runner-agnostic.
 
   until_transform=True ends it at Transform: tools that train many models on
-  one transformed dataset (pipeline.study) run the same ingestion/Transform.
+  one transformed dataset (commands.study) run the same ingestion/Transform.
   """
   input_base, pattern = split_input(config.data)
   example_gen = RawCtrExampleGen(
@@ -187,7 +187,7 @@ def create_pipeline(config: PipelineConfig,
   # tuning, or (neither) the config's. run_fn applies the scaling rule.
   hparams_source, hyperparameters = None, None
   if config.tune:
-    hparams_source = tuner_lib.CtrTuner(
+    hparams_source = CtrTuner(
         tuner_fn=TUNER_FN,
         examples=transform.outputs["transformed_examples"],
         transform_graph=transform.outputs["transform_graph"],

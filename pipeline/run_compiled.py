@@ -554,7 +554,7 @@ def run_spec(spec_path: str, root: str, run_id: Optional[str] = None,
 
 def _run_compiled(args: argparse.Namespace) -> int:
   # pylint: disable-next=g-import-not-at-top
-  from pipeline.cli import EXIT_FAILED
+  from commands.cli import EXIT_FAILED
   try:
     result = run_spec(args.spec, args.root, args.run_id,
                       enable_cache=args.cache)

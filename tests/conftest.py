@@ -1,4 +1,4 @@
-"""Test-wide setup: pin Keras 3 as every entry point does (see pipeline.cli)."""
+"""Test-wide setup: pin Keras 3 as every entry point does (see commands.cli)."""
 
 import os
 

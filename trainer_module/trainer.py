@@ -20,29 +20,12 @@ import psutil
 import tensorflow as tf
 import tensorflow_transform as tft
 
+from trainer_module import contract
 from trainer_module import features
 from trainer_module import models
 from trainer_module import preprocessing
 from trainer_module import scaling
 from trainer_module import training
-
-# Name of the serving signature's output (the Evaluator reads it).
-PREDICTION_KEY = "probability"
-# The signature's second output: the click probability of the
-# logistic-regression baseline trained beside the model (the Evaluator
-# reports it and the gate checks the model beats it).
-LR_OUTPUT = "logistic_regression"
-# The Evaluator slices by this feature of the SLICING_SIGNATURE's output.
-SLICING_SIGNATURE = "slicing_features"
-ID_FREQUENCY = "id_frequency"
-FREQUENCY_BUCKETS = ("rare", "medium", "frequent")
-# Written next to the exported model: how this model was trained.
-TRAINING_RECORD = "training.json"
-# Tuned values that size the model (trainer_module.tuner searches them when
-# asked): a DNN of dnn_layers x dnn_units. Other tuned keys are base
-# hyperparameters.
-MODEL_SIZE_KEYS = ("embedding_dim", "dnn_units", "dnn_layers")
-
 
 # The validation slice of early stopping: records of the TRAIN split whose
 # hash (of the serialized record) falls in the first buckets of
@@ -154,7 +137,7 @@ def make_dataset(file_patterns: List[str],
 
 def frequency_buckets(typical_counts: tf.Tensor,
                       thresholds: Sequence[int]) -> tf.Tensor:
-  """FREQUENCY_BUCKETS names of [batch] training-set id counts.
+  """contract.FREQUENCY_BUCKETS names of [batch] training-set id counts.
 
   Args:
     typical_counts: float [batch] counts (see ServingModule.slicing_features).
@@ -164,7 +147,7 @@ def frequency_buckets(typical_counts: tf.Tensor,
   index = tf.zeros_like(typical_counts, tf.int32)
   for threshold in thresholds:
     index += tf.cast(typical_counts >= threshold, tf.int32)
-  return tf.gather(tf.constant(FREQUENCY_BUCKETS), index)
+  return tf.gather(tf.constant(contract.FREQUENCY_BUCKETS), index)
 
 
 class ServingModule(tf.Module):
@@ -205,24 +188,25 @@ class ServingModule(tf.Module):
                                               name="examples")])
   def serve(self, examples):
     transformed = self._transform(examples)
-    return {PREDICTION_KEY: tf.sigmoid(self.model(transformed,
-                                                  training=False)),
-            LR_OUTPUT: tf.sigmoid(self.baseline(transformed,
-                                                training=False))}
+    return {contract.PREDICTION_KEY: tf.sigmoid(
+                self.model(transformed, training=False)),
+            contract.LR_OUTPUT: tf.sigmoid(
+                self.baseline(transformed, training=False))}
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string,
                                               name="examples")])
   def slicing_features(self, examples):
-    """{ID_FREQUENCY: bucket}: by the geometric mean of the example's id
-    counts over the fields (or the count in the one chosen field)."""
+    """{contract.ID_FREQUENCY: bucket}: by the geometric mean of the
+    example's id counts over the fields (or the count in the one chosen
+    field)."""
     transformed = self._transform(examples)
     log_counts = [
         tf.math.log1p(tf.cast(tf.gather(counts, tf.reshape(
             transformed[field], [-1])), tf.float32))
         for field, counts in sorted(self.id_counts.items())]
     typical = tf.math.expm1(tf.reduce_mean(tf.stack(log_counts), axis=0))
-    return {ID_FREQUENCY: frequency_buckets(typical,
-                                            self._frequency_thresholds)}
+    return {contract.ID_FREQUENCY: frequency_buckets(
+        typical, self._frequency_thresholds)}
 
 
 def export_serving_model(model: keras.Model, baseline: keras.Model,
@@ -236,7 +220,7 @@ def export_serving_model(model: keras.Model, baseline: keras.Model,
                          config["frequency_thresholds"])
   tf.saved_model.save(module, export_dir, signatures={
       "serving_default": module.serve,
-      SLICING_SIGNATURE: module.slicing_features})
+      contract.SLICING_SIGNATURE: module.slicing_features})
 
 
 def training_hparams(custom_config: Mapping[str, Any],
@@ -295,7 +279,8 @@ def build_and_compile(config: Mapping[str, Any], tuned: Mapping[str, Any],
   Args:
     config: the Trainer's custom_config.
     tuned: KerasTuner values: base hyperparameters (at the base batch size;
-      they replace config["base_hparams"] before scaling) and MODEL_SIZE_KEYS.
+      they replace config["base_hparams"] before scaling) and
+      contract.MODEL_SIZE_KEYS.
       Other keys are ignored.
     tf_transform_output: the Transform output (vocabulary sizes).
     train_examples: training examples (the auto base hyperparameters and
@@ -464,5 +449,6 @@ def run_fn(fn_args) -> None:
   export_serving_model(model, baseline, tf_transform_output, config,
                        fn_args.serving_model_dir)
   for directory in (fn_args.model_run_dir, fn_args.serving_model_dir):
-    with tf.io.gfile.GFile(os.path.join(directory, TRAINING_RECORD), "w") as f:
+    with tf.io.gfile.GFile(os.path.join(directory, contract.TRAINING_RECORD),
+                           "w") as f:
       json.dump(record, f, indent=2, sort_keys=True)

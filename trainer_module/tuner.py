@@ -14,18 +14,14 @@ maps them again for its own batch size.
   ``{"dense_lr": [1e-4, 1e-2], "r": 1.0, "embedding_dim": [8, 16, 32]}``:
   ``[low, high]`` for a float, a list of choices for a size, one number to
   fix a value.
-* Objective: the best epoch's validation AUC (``val_auc``: the models log
-  ``auc``, Keras prefixes validation metrics) on the validation slice of
+* Objective: the best epoch's validation AUC (contract.OBJECTIVE: the models
+  log ``auc``, Keras prefixes validation metrics) on the validation slice of
   the TRAIN split that run_fn early-stops on (trainer.training_data; the
   eval split stays unseen). Each trial stops early as run_fn does
   (training.early_stopping), so over-fitting trials end early.
-* CtrTuner is tfx.components.Tuner whose executor also writes the table of
-  every trial (TRIALS_JSON and TRIALS_CSV) into its ``tuner_results``
-  artifact: TFX's own tuner_results.json has completed trials only, without
-  the validation loss or the epochs run. ``read_trials`` reads it back.
+* The component that runs tuner_fn is components.tuner.CtrTuner.
 """
 
-import csv
 import dataclasses
 import json
 import math
@@ -38,17 +34,13 @@ import keras_tuner
 import tensorflow as tf
 import tensorflow_transform as tft
 from tfx import v1 as tfx
-from tfx.components.tuner import executor as tuner_executor
-from tfx.dsl.components.base import executor_spec
-from tfx.types import artifact_utils
-from tfx.types import standard_component_specs
 
+from trainer_module import contract
 from trainer_module import features
 from trainer_module import models
 from trainer_module import trainer
 from trainer_module import training
 
-OBJECTIVE = "val_auc"
 # Fixed, so the same settings propose the same trials (and TFX's cache
 # stays meaningful).
 SEARCH_SEED = 0
@@ -65,19 +57,13 @@ _DEFAULT_FACTORS = {"dense_lr": (0.1, 10.0), "embed_lr": (0.1, 10.0),
                     "l2": (0.1, 10.0), "zeta": (0.1, 10.0), "r": (0.5, 2.0),
                     "warmup_epochs": (0.0, 2.0)}
 
-# Files of the trial table inside the tuner_results artifact.
-TRIALS_JSON = "trials.json"
-TRIALS_CSV = "trials.csv"
-# Metrics of a trial in the table (at its best epoch), after its hparams.
-TABLE_METRICS = ("val_auc", "val_loss", "epochs_run")
-
 
 @dataclasses.dataclass(frozen=True)
 class Dimension:
   """One searched hyperparameter: a float range, integer choices, or fixed.
 
   Attributes:
-    name: a base hyperparameter or one of trainer.MODEL_SIZE_KEYS.
+    name: a base hyperparameter or one of contract.MODEL_SIZE_KEYS.
     default: the value of the first build and KerasTuner's default.
     low: lower bound of a float range (None otherwise).
     high: upper bound of a float range (None otherwise).
@@ -210,7 +196,7 @@ def search_space(dataset: str,
         "dnn_layers", sorted({max(1, layers - 1), layers, layers + 1}), layers,
         "model defaults")
   for name, value in (overrides or {}).items():
-    if name in trainer.MODEL_SIZE_KEYS:
+    if name in contract.MODEL_SIZE_KEYS:
       if not tune_model_size:
         raise ValueError(f"{source}: {name!r} sizes the model; it is searched "
                          "only with --tune-model-size (tune_model_size)")
@@ -221,7 +207,7 @@ def search_space(dataset: str,
     else:
       raise ValueError(f"{source}: unknown hyperparameter {name!r}; "
                        f"searchable: {list(spec.base_hparams)} and, with "
-                       f"--tune-model-size, {list(trainer.MODEL_SIZE_KEYS)}")
+                       f"--tune-model-size, {list(contract.MODEL_SIZE_KEYS)}")
   return space
 
 
@@ -254,14 +240,14 @@ def load_search_space(path: str, dataset: str,
 
 
 def best_epoch_metrics(history: Mapping[str, List[float]]) -> Dict[str, float]:
-  """Every logged metric at the epoch of the best OBJECTIVE, plus epochs run.
+  """Every logged metric at the epoch of the best objective, plus epochs run.
 
   A trial's result: KerasTuner records it as the trial's metrics, so the
   validation loss in the table is that of the epoch the score comes from.
   """
-  scores = history.get(OBJECTIVE)
+  scores = history.get(contract.OBJECTIVE)
   if not scores:
-    raise ValueError(f"training logged no {OBJECTIVE!r}; it logged "
+    raise ValueError(f"training logged no {contract.OBJECTIVE!r}; it logged "
                      f"{sorted(history)} (is there validation data?)")
   best = max(range(len(scores)),
              key=lambda i: scores[i] if math.isfinite(scores[i]) else -1.0)
@@ -301,7 +287,7 @@ class CtrHyperModel(keras_tuner.HyperModel):
 
 def make_tuner(name: str, hypermodel: keras_tuner.HyperModel, trials: int,
                epochs: int, directory: str) -> keras_tuner.Tuner:
-  """A KerasTuner tuner maximising OBJECTIVE over at most `trials` trials.
+  """A KerasTuner tuner maximising the objective over at most `trials` trials.
 
   Hyperband has no trial budget of its own (its brackets over `epochs`
   decide), so the budget caps its oracle.
@@ -309,7 +295,7 @@ def make_tuner(name: str, hypermodel: keras_tuner.HyperModel, trials: int,
   if name not in TUNER_CLASSES:
     raise ValueError(f"unknown tuner {name!r}; choose one of {TUNERS}")
   common = dict(hypermodel=hypermodel,
-                objective=keras_tuner.Objective(OBJECTIVE, "max"),
+                objective=keras_tuner.Objective(contract.OBJECTIVE, "max"),
                 directory=directory, project_name="search", overwrite=True,
                 seed=SEARCH_SEED)
   if name == "hyperband":
@@ -348,82 +334,3 @@ def tuner_fn(fn_args) -> tfx.components.TunerFnResult:
       fit_kwargs={"x": data.train, "validation_data": data.validation,
                   "epochs": config["epochs"], "verbose": 2,
                   "callbacks": [training.early_stopping()]})
-
-
-def trial_rows(oracle: keras_tuner.Oracle) -> List[Dict[str, Any]]:
-  """One row per trial, in trial order: id, status, values, metrics, error.
-
-  The values are the searched ones (and Hyperband's tuner/* bookkeeping);
-  metrics are None for trials that did not complete, whose "error" is the
-  last line of their traceback.
-  """
-  names = [hp.name for hp in oracle.get_space().space]
-  trials = sorted(oracle.trials.values(), key=lambda t: int(t.trial_id))
-  names += sorted({name for t in trials for name in t.hyperparameters.values
-                   if name not in names})
-  rows = []
-  for trial in trials:
-    row = {"trial_id": trial.trial_id, "status": trial.status}
-    row.update({name: trial.hyperparameters.values.get(name)
-                for name in names})
-    for metric in TABLE_METRICS:
-      row[metric] = (trial.metrics.get_last_value(metric)
-                     if trial.metrics.exists(metric) else None)
-    if row["epochs_run"] is not None:
-      row["epochs_run"] = int(row["epochs_run"])
-    message = (trial.message or "").strip()
-    row["error"] = message.splitlines()[-1] if message else None
-    rows.append(row)
-  return rows
-
-
-def write_trials(rows: List[Dict[str, Any]], directory: str) -> None:
-  """Writes the trial table as TRIALS_JSON and TRIALS_CSV in `directory`."""
-  tf.io.gfile.makedirs(directory)
-  with tf.io.gfile.GFile(os.path.join(directory, TRIALS_JSON), "w") as f:
-    json.dump(rows, f, indent=2)
-  columns = list(rows[0]) if rows else ["trial_id", "status"]
-  with tf.io.gfile.GFile(os.path.join(directory, TRIALS_CSV), "w") as f:
-    writer = csv.DictWriter(f, columns)
-    writer.writeheader()
-    writer.writerows(rows)
-
-
-def read_trials(tuner_results_dir: str) -> List[Dict[str, Any]]:
-  """The trial table of a CtrTuner's tuner_results artifact (or a copy)."""
-  path = os.path.join(tuner_results_dir, TRIALS_JSON)
-  if not tf.io.gfile.exists(path):
-    raise FileNotFoundError(
-        f"{path} does not exist: {tuner_results_dir} is not the "
-        "tuner_results of a trainer_module.tuner.CtrTuner")
-  with tf.io.gfile.GFile(path) as f:
-    return json.load(f)
-
-
-class TrialTableExecutor(tuner_executor.Executor):
-  """TFX's Tuner executor that also writes the trial table.
-
-  Fails with the trials' errors when none completed (TFX's own would stop
-  on an IndexError).
-  """
-
-  def Do(self, input_dict, output_dict, exec_properties) -> None:
-    if tuner_executor.get_tune_args(exec_properties):
-      raise ValueError("TuneArgs (parallel trials) are not supported: run "
-                       "trials in parallel with KerasTuner's distributed "
-                       "mode instead")
-    tuner = tuner_executor.search(input_dict, exec_properties,
-                                  self._get_tmp_dir())
-    rows = trial_rows(tuner.oracle)
-    write_trials(rows, artifact_utils.get_single_uri(
-        output_dict[standard_component_specs.TUNER_RESULTS_KEY]))
-    if not any(row["status"] == "COMPLETED" for row in rows):
-      errors = "; ".join(f"trial {row['trial_id']}: {row['error']}"
-                         for row in rows)
-      raise RuntimeError(f"no tuning trial completed ({errors or 'none ran'})")
-    tuner_executor.write_best_hyperparameters(tuner, output_dict)
-
-
-class CtrTuner(tfx.components.Tuner):
-  """tfx.components.Tuner whose tuner_results also hold the trial table."""
-  EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(TrialTableExecutor)

@@ -15,8 +15,8 @@ from tfx.types import standard_component_specs
 
 from components import baseline
 from pipeline import config as config_lib
+from pipeline import metadata
 from pipeline import pipeline as pipeline_lib
-from pipeline import runner
 
 
 def _version(serving, name, with_model=True):
@@ -119,7 +119,7 @@ def test_outcome_and_report_skip_baseline_copies():
       state=metadata_store_pb2.Artifact.LIVE)
   copy.custom_properties[baseline.FOUND_PROPERTY].int_value = 1
   store.put_artifacts([trained, copy])  # The copy is the newer one.
-  assert runner.latest_artifact(store, "Model").uri == "trainer/model"
+  assert metadata.latest_artifact(store, "Model").uri == "trainer/model"
 
 
 def test_local_runners_never_cache_the_baseline(tmp_path):

@@ -7,11 +7,11 @@ import tensorflow as tf
 import tensorflow_model_analysis as tfma
 from sklearn.metrics import roc_auc_score
 
+from commands.study import study_eval_config
 from components import lr_gate
-from pipeline import runner
+from pipeline import metadata
 from pipeline.config import PipelineConfig
-from pipeline.study import study_eval_config
-from trainer_module import trainer
+from trainer_module import contract
 
 pytestmark = pytest.mark.slow
 
@@ -31,13 +31,13 @@ class _TwoOutputs(tf.Module):
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
   def serve(self, examples):
     f = tf.io.parse_example(examples, self.spec)
-    return {trainer.PREDICTION_KEY: tf.sigmoid(
+    return {contract.PREDICTION_KEY: tf.sigmoid(
                 self.model_weight * f["x"] + f["noise"])[:, None],
-            trainer.LR_OUTPUT: tf.sigmoid(f["x"])[:, None]}
+            contract.LR_OUTPUT: tf.sigmoid(f["x"])[:, None]}
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
   def slicing_features(self, examples):
-    return {trainer.ID_FREQUENCY: tf.fill(tf.shape(examples), "rare")}
+    return {contract.ID_FREQUENCY: tf.fill(tf.shape(examples), "rare")}
 
 
 def _examples(path):
@@ -60,7 +60,7 @@ def _evaluate(tmp_path, model_weight):
   model_dir = str(tmp_path / f"model_{model_weight}")
   tf.saved_model.save(module, model_dir, signatures={
       "serving_default": module.serve,
-      trainer.SLICING_SIGNATURE: module.slicing_features})
+      contract.SLICING_SIGNATURE: module.slicing_features})
   data = str(tmp_path / "eval.tfrecord")
   x, noise, labels = _examples(data)
   config = PipelineConfig(dataset="criteo", data=data, output=str(tmp_path),
@@ -93,16 +93,16 @@ def test_a_model_worse_than_its_logistic_regression_is_not_blessed(tmp_path):
   assert overall[("", lr_gate.AUC_OVER_LR)] == pytest.approx(difference,
                                                               abs=2e-3)
   # Both outputs get the same metrics, side by side.
-  assert overall[(trainer.LR_OUTPUT, "auc")] - overall[("", "auc")] == (
+  assert overall[(contract.LR_OUTPUT, "auc")] - overall[("", "auc")] == (
       pytest.approx(-difference, abs=2e-3))
-  assert (trainer.LR_OUTPUT, "binary_crossentropy") in overall
+  assert (contract.LR_OUTPUT, "binary_crossentropy") in overall
   result = tfma.load_validation_result(output)
   assert not result.validation_ok
   failures = [f for s in result.metric_validations_per_slice
               for f in s.failures]
   assert [f.metric_key.name for f in failures] == [lr_gate.AUC_OVER_LR]
   assert "below the logistic-regression baseline's (allowed 0.0010)" in (
-      runner.describe_failure(failures[0]))
+      metadata.describe_failure(failures[0]))
 
 
 def test_a_model_that_beats_its_logistic_regression_passes(tmp_path):

@@ -11,7 +11,7 @@ import os
 import pytest
 import yaml
 
-from pipeline import cli
+from commands import cli
 from pipeline import run_compiled
 
 ARTIFACT = {"schemaTitle": "system.Dataset"}

@@ -18,11 +18,11 @@ import tensorflow as tf
 from sklearn.metrics import roc_auc_score
 import tensorflow_model_analysis as tfma
 
-from pipeline import generate
+from commands import generate
 from pipeline import kubeflow
+from pipeline import metadata
 from pipeline import pipeline as pipeline_lib
 from pipeline import run_compiled
-from pipeline import runner
 from trainer_module import features
 
 pytestmark = pytest.mark.slow
@@ -140,7 +140,7 @@ def test_second_run_gates_against_the_first_runs_pushed_model(runs):
   assert blessing["blessed"] == 0
   assert blessing["baseline_model"] == (
       second.tasks[pipeline_lib.BASELINE_ID].artifacts["model"]["uri"])
-  checks = runner.failed_checks(
+  checks = metadata.failed_checks(
       second.tasks["Evaluator"].artifacts["evaluation"]["uri"])
   assert any("vs the last blessed model" in check for check in checks), checks
 

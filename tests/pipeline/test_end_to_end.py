@@ -18,13 +18,13 @@ from ml_metadata.proto import metadata_store_pb2
 from sklearn.metrics import roc_auc_score
 from tfx import v1 as tfx
 
+from commands import cli
+from commands import generate
+from commands import report
 from components import lr_gate
-from pipeline import cli
-from pipeline import generate
-from pipeline import report
-from pipeline import runner
+from pipeline import metadata
+from trainer_module import contract
 from trainer_module import features
-from trainer_module import trainer
 
 pytestmark = pytest.mark.slow
 
@@ -90,7 +90,7 @@ def test_every_component_ran_and_is_recorded(finished_run):
 
 def test_bad_rows_are_dropped_and_reported(finished_run):
   _, _, output, _ = finished_run
-  outcome = runner.read_outcome_at(str(output / "metadata.sqlite"))
+  outcome = metadata.read_outcome_at(str(output / "metadata.sqlite"))
   assert f"20,{BAD_ROWS:03d} rows, {BAD_ROWS} bad rows dropped" in (
       outcome.ingestion)
 
@@ -151,14 +151,14 @@ def test_model_serves_its_logistic_regression_baseline_and_early_stops(
   serialized, labels = _raw_examples(dataset, data)
   outputs = model.signatures["serving_default"](
       examples=tf.constant(serialized))
-  lr = outputs[trainer.LR_OUTPUT].numpy().ravel()
+  lr = outputs[contract.LR_OUTPUT].numpy().ravel()
   assert np.all((lr > 0) & (lr < 1)) and roc_auc_score(labels, lr) > 0.6
-  with open(os.path.join(model_dir, trainer.TRAINING_RECORD)) as f:
+  with open(os.path.join(model_dir, contract.TRAINING_RECORD)) as f:
     record = json.load(f)
   assert 1 <= record["best_epoch"] <= record["epochs_run"] <= 2
   assert record["validation_examples"] > 0
   assert record["logistic_regression"]["best_epoch"] >= 1
-  evaluation = report.read_evaluation(runner.read_outcome_at(
+  evaluation = report.read_evaluation(metadata.read_outcome_at(
       str(output / "metadata.sqlite")).evaluation)
   assert {"auc", lr_gate.AUC_OVER_LR, report.LR_PREFIX + "auc",
           report.LR_PREFIX + "binary_crossentropy"} <= set(evaluation.overall)

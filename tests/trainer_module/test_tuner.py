@@ -1,21 +1,15 @@
-"""The tuning search space, trial results and trial table (no pipeline)."""
+"""The tuning search space and trial results (no pipeline)."""
 
-import csv
 import json
-import math
 
-import keras
 import keras_tuner
-import numpy as np
 import pytest
-from tfx.dsl.components.base import base_executor
-from tfx.types import standard_artifacts
-from tfx.types import standard_component_specs
 
 from trainer_module import features
 from trainer_module import scaling
 from trainer_module import trainer
 from trainer_module import tuner
+import tiny_search
 
 
 @pytest.mark.parametrize("dataset", sorted(features.DATASETS))
@@ -149,128 +143,6 @@ def test_best_epoch_metrics_are_those_of_the_best_val_auc_epoch():
     tuner.best_epoch_metrics({"loss": [0.5]})
 
 
-class _TinyHyperModel(keras_tuner.HyperModel):
-  """A logistic regression on a searched learning rate; fails on demand."""
-
-  def __init__(self, space, fail_trials):
-    super().__init__()
-    self.space = space
-    self.fail_trials = fail_trials
-    self.fits = 0
-
-  def declare_hyperparameters(self, hp):
-    for dimension in self.space.values():
-      dimension.declare(hp)
-
-  def build(self, hp):
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-    model.compile(optimizer=keras.optimizers.Adam(hp.get("dense_lr")),
-                  loss=keras.losses.BinaryCrossentropy(from_logits=True),
-                  metrics=[keras.metrics.AUC(from_logits=True, name="auc")])
-    return model
-
-  def fit(self, hp, model, *args, **kwargs):
-    self.fits += 1
-    if self.fits in self.fail_trials:
-      raise FloatingPointError("loss became nan at epoch 1 step 3")
-    return tuner.best_epoch_metrics(model.fit(*args, **kwargs).history)
-
-
-def _search(tmp_path, trials, fail_trials, epochs=3):
-  """A real KerasTuner random search on separable data."""
-  rng = np.random.default_rng(0)
-  x = rng.normal(size=(256, 4)).astype("float32")
-  noise = rng.normal(size=256)
-  y = (x[:, 0] + 0.5 * x[:, 1] + noise > 0).astype("float32")
-  space = tuner.search_space("criteo", {"embed_lr": 1e-4})
-  search = tuner.make_tuner(
-      "random", _TinyHyperModel(space, fail_trials), trials, epochs,
-      str(tmp_path / "keras_tuner"))
-  search.search(x[:192], y[:192], validation_data=(x[192:], y[192:]),
-                epochs=epochs, batch_size=64, verbose=0,
-                callbacks=[keras.callbacks.EarlyStopping(
-                    monitor="val_loss", patience=1)])
-  return search, space
-
-
-def test_trial_table_of_a_real_search(tmp_path):
-  search, space = _search(tmp_path, trials=3, fail_trials={2})
-  rows = tuner.trial_rows(search.oracle)
-  assert [r["trial_id"] for r in rows] == ["0", "1", "2"]
-  assert [r["status"] for r in rows] == ["COMPLETED", "FAILED", "COMPLETED"]
-  failed = rows[1]
-  assert failed["val_auc"] is None and failed["epochs_run"] is None
-  assert failed["error"] == ("FloatingPointError: loss became nan at epoch 1 "
-                             "step 3")
-  for row in (rows[0], rows[2]):
-    assert list(row)[:2 + len(space)] == ["trial_id", "status", *space]
-    assert row["embed_lr"] == 1e-4  # Fixed.
-    assert space["dense_lr"].contains(row["dense_lr"])
-    assert 0 <= row["val_auc"] <= 1 and math.isfinite(row["val_loss"])
-    assert 1 <= row["epochs_run"] <= 3 and row["error"] is None
-  best = search.get_best_hyperparameters()[0].values
-  assert best["dense_lr"] == max(
-      (rows[0], rows[2]), key=lambda r: r["val_auc"])["dense_lr"]
-
-  tuner.write_trials(rows, str(tmp_path / "results"))
-  assert tuner.read_trials(str(tmp_path / "results")) == rows
-  with open(tmp_path / "results" / tuner.TRIALS_CSV, newline="") as f:
-    table = list(csv.DictReader(f))
-  assert [r["status"] for r in table] == ["COMPLETED", "FAILED", "COMPLETED"]
-  assert float(table[0]["val_auc"]) == rows[0]["val_auc"]
-  assert table[1]["val_auc"] == ""
-
-
-def test_read_trials_of_a_directory_without_table(tmp_path):
-  with pytest.raises(FileNotFoundError, match="not the tuner_results of a"):
-    tuner.read_trials(str(tmp_path))
-
-
-def _outputs(tmp_path):
-  outputs = {}
-  for key, artifact_type in (
-      (standard_component_specs.BEST_HYPERPARAMETERS_KEY,
-       standard_artifacts.HyperParameters),
-      (standard_component_specs.TUNER_RESULTS_KEY,
-       standard_artifacts.TunerResults)):
-    artifact = artifact_type()
-    artifact.uri = str(tmp_path / key)
-    (tmp_path / key).mkdir()
-    outputs[key] = [artifact]
-  return outputs
-
-
-def _executor(tmp_path):
-  return tuner.TrialTableExecutor(base_executor.BaseExecutor.Context(
-      tmp_dir=str(tmp_path / "tmp"), unique_id="1"))
-
-
-def test_executor_writes_the_table_and_the_best_values(tmp_path, monkeypatch):
-  search, _ = _search(tmp_path, trials=2, fail_trials=set(), epochs=1)
-  monkeypatch.setattr(tuner.tuner_executor, "search",
-                      lambda *args, **kwargs: search)
-  outputs = _outputs(tmp_path)
-  _executor(tmp_path).Do({}, outputs, {})
-  rows = tuner.read_trials(str(tmp_path / "tuner_results"))
-  assert [r["status"] for r in rows] == ["COMPLETED", "COMPLETED"]
-  best = json.loads((tmp_path / "best_hyperparameters" /
-                     "best_hyperparameters.txt").read_text())
-  assert best["values"] == search.get_best_hyperparameters()[0].values
-
-
-def test_executor_fails_with_the_trial_errors_when_none_completed(
-    tmp_path, monkeypatch):
-  search, _ = _search(tmp_path, trials=2, fail_trials={1, 2}, epochs=1)
-  monkeypatch.setattr(tuner.tuner_executor, "search",
-                      lambda *args, **kwargs: search)
-  outputs = _outputs(tmp_path)
-  with pytest.raises(RuntimeError, match="no tuning trial completed "
-                     r"\(trial 0: FloatingPointError: loss became nan"):
-    _executor(tmp_path).Do({}, outputs, {})
-  # The table is written all the same, for the post-mortem.
-  assert len(tuner.read_trials(str(tmp_path / "tuner_results"))) == 2
-
-
 def test_model_options_take_the_tuned_sizes():
   options = trainer.model_options({"model_options": {"cross_layers": 2}},
                                   {"embedding_dim": 16, "dnn_units": 64,
@@ -285,11 +157,11 @@ def test_model_options_take_the_tuned_sizes():
 @pytest.mark.parametrize("name", sorted(tuner.TUNERS))
 def test_every_tuner_builds_with_the_budget(tmp_path, name):
   space = tuner.search_space("criteo")
-  search = tuner.make_tuner(name, _TinyHyperModel(space, set()), 4, 2,
-                            str(tmp_path))
+  search = tuner.make_tuner(name, tiny_search.TinyHyperModel(space, set()), 4,
+                            2, str(tmp_path))
   assert search.oracle.max_trials == 4
   assert search.oracle.objective.name == "val_auc"
   assert search.oracle.objective.direction == "max"
   with pytest.raises(ValueError, match="unknown tuner 'grid'"):
-    tuner.make_tuner("grid", _TinyHyperModel(space, set()), 4, 2,
+    tuner.make_tuner("grid", tiny_search.TinyHyperModel(space, set()), 4, 2,
                      str(tmp_path))

@@ -1,6 +1,6 @@
 """Data-path benchmark: `python -m pipeline benchmark --stage data --rows N`.
 
-Generates N Criteo-layout rows (pipeline.generate), runs the whole pipeline
+Generates N Criteo-layout rows (commands.generate), runs the whole pipeline
 on them in a child process (`python -m pipeline run`, a fresh output
 directory, so nothing is cached) and reports, per component, its wall time
 (from ML Metadata: an execution's creation to its last update), the rows it
@@ -21,12 +21,11 @@ import threading
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ml_metadata.metadata_store import metadata_store
 import psutil
-from tfx import v1 as tfx
 
-from pipeline import generate
-from pipeline import report
+from commands import generate
+from commands import report
+from pipeline import metadata
 
 SAMPLE_SECONDS = 0.5
 DEFAULT_WORK_DIR = os.path.join("runs", "benchmark_data")
@@ -104,25 +103,9 @@ class TreeMemorySampler:
 def component_timings(metadata_path: str,
                       samples: TreeMemorySampler) -> List[ComponentTiming]:
   """Wall time, rows and peak memory of each component, in pipeline order."""
-  store = metadata_store.MetadataStore(
-      tfx.orchestration.metadata.sqlite_metadata_connection_config(
-          metadata_path))
-  counts = {}
-  ingested = [a for a in store.get_artifacts_by_type("Examples")
-              if "rows_read" in a.custom_properties]
-  if ingested:
-    props = max(ingested, key=lambda a: a.id).custom_properties
-    counts = {k: props[k].int_value for k in ("rows_read", "train_rows",
-                                              "eval_rows")}
-  spans: Dict[str, Tuple[float, float]] = {}
-  for execution in store.get_executions():
-    node = next((c.name for c in store.get_contexts_by_execution(execution.id)
-                 if c.type == "node"), None)
-    if node is None:
-      continue
-    name = node.rsplit(".", 1)[-1]
-    spans[name] = (execution.create_time_since_epoch / 1000,
-                   execution.last_update_time_since_epoch / 1000)
+  store = metadata.open_store(metadata_path)
+  counts = metadata.ingestion_counts(store)
+  spans = metadata.execution_spans(store)
   timings = []
   for name, rows_key in COMPONENT_ROWS:
     if name in spans:
@@ -185,8 +168,7 @@ def run_data_benchmark(rows: int, work_dir: str, dataset: str = "criteo",
   auc = None
   outcome_evaluation = None
   if any(t.name == "Evaluator" for t in timings):
-    from pipeline import runner  # pylint: disable=g-import-not-at-top
-    outcome_evaluation = runner.read_outcome_at(metadata_path).evaluation
+    outcome_evaluation = metadata.read_outcome_at(metadata_path).evaluation
   if outcome_evaluation:
     auc = report.read_evaluation(outcome_evaluation).overall.get("auc")
   return {"rows": rows, "dataset": dataset, "command": command,

@@ -39,27 +39,26 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from apache_beam.options.pipeline_options import PipelineOptions
 import keras
 from matplotlib.figure import Figure
-from ml_metadata.metadata_store import metadata_store
-from ml_metadata.proto import metadata_store_pb2
 import numpy as np
 import tensorflow as tf
 import tensorflow_model_analysis as tfma
 import tensorflow_transform as tft
-from tfx import v1 as tfx
 from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
 
-from pipeline import benchmark
-from pipeline import cli
+from commands import benchmark
+from commands import cli
+from pipeline import metadata
 from pipeline import runner
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_eval_config
 from pipeline.pipeline import create_pipeline
+from trainer_module import contract
 from trainer_module import models
 from trainer_module import scaling
 from trainer_module import trainer
 from trainer_module import training
 
-BUCKETS = trainer.FREQUENCY_BUCKETS
+BUCKETS = contract.FREQUENCY_BUCKETS
 DEFAULT_BATCH_SIZES = (1024, 4096, 16384, 65536)
 DEFAULT_RULES = ("none", "sqrt", "linear", "n2-lambda", "cowclip")
 
@@ -145,32 +144,10 @@ def split_files(examples_uri: str, split: str) -> List[str]:
   return files
 
 
-def _execution_type_id(store: metadata_store.MetadataStore,
-                       component: str) -> int:
-  for execution_type in store.get_execution_types():
-    if execution_type.name.rsplit(".", 1)[-1] == component:
-      return execution_type.id
-  raise LookupError(f"no {component} execution in ML Metadata")
-
-
-def transform_artifacts(metadata_path: str) -> TransformedInputs:
+def transform_artifacts(config: PipelineConfig) -> TransformedInputs:
   """The inputs and outputs of the latest finished Transform execution."""
-  store = metadata_store.MetadataStore(
-      tfx.orchestration.metadata.sqlite_metadata_connection_config(
-          metadata_path))
-  done = (metadata_store_pb2.Execution.COMPLETE,
-          metadata_store_pb2.Execution.CACHED)
-  type_id = _execution_type_id(store, "Transform")
-  executions = [e for e in store.get_executions()
-                if e.type_id == type_id and e.last_known_state in done]
-  if not executions:
-    raise LookupError(f"{metadata_path}: no finished Transform execution")
-  latest = max(executions, key=lambda e: e.id)
-  uris = {}
-  for event in store.get_events_by_execution_ids([latest.id]):
-    key = event.path.steps[0].key if event.path.steps else ""
-    artifact, = store.get_artifacts_by_id([event.artifact_id])
-    uris[key] = artifact.uri
+  uris = metadata.node_artifacts(config.metadata_path, config.pipeline_name,
+                                 "Transform", inputs=True)
   return TransformedInputs(raw_examples=uris["examples"],
                            transformed_examples=uris["transformed_examples"],
                            transform_graph=uris["transform_graph"])
@@ -181,7 +158,7 @@ def transform_once(config: PipelineConfig) -> TransformedInputs:
   runner.check_input(config.data)
   os.makedirs(config.output, exist_ok=True)
   BeamDagRunner().run(create_pipeline(config, until_transform=True))
-  return transform_artifacts(config.metadata_path)
+  return transform_artifacts(config)
 
 
 # ------------------------------------------------------------- evaluation --
@@ -205,7 +182,7 @@ def study_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
   eval_config.model_specs.extend(candidates)
   eval_config.model_specs[0].ClearField("name")  # The one model evaluated.
   kept = [s for s in eval_config.slicing_specs
-          if list(s.feature_keys) in ([], [trainer.ID_FREQUENCY])]
+          if list(s.feature_keys) in ([], [contract.ID_FREQUENCY])]
   del eval_config.slicing_specs[:]
   eval_config.slicing_specs.extend(kept)
   for spec in eval_config.metrics_specs:
@@ -275,7 +252,7 @@ def metrics_row(slices: Mapping[str, Mapping[str, float]]
          "calibration": overall.get("calibration", math.nan),
          "eval_examples": overall.get("example_count", math.nan)}
   for bucket in BUCKETS:
-    values = slices.get(f"{trainer.ID_FREQUENCY}={bucket}", {})
+    values = slices.get(f"{contract.ID_FREQUENCY}={bucket}", {})
     row[f"auc_{bucket}"] = values.get("auc", math.nan)
     row[f"examples_{bucket}"] = values.get("example_count", math.nan)
   return row

@@ -237,7 +237,7 @@ def _tuning_settings(args: argparse.Namespace) -> Dict[str, Any]:
     if given:
       raise ValueError(f"{', '.join(given)} only apply with --tune")
   if args.hparams_from:
-    from pipeline import tune
+    from commands import tune
     settings["hparams_from"] = tune.resolve_hparams_dir(args.hparams_from,
                                                         args.dataset)
   return settings
@@ -258,7 +258,7 @@ def _run(args: argparse.Namespace) -> int:
     outcome = runner.run_pipeline(config)
   except Exception as error:  # pylint: disable=broad-except
     return _pipeline_failed(config.output, error)
-  from pipeline import report
+  from commands import report
   print(outcome.describe())
   print(f"report:           "
         f"{os.path.join(config.output, report.REPORT_DIR, report.INDEX_PAGE)}")
@@ -277,7 +277,7 @@ def _pipeline_failed(output: str, error: Exception) -> int:
 
 
 def _tune(args: argparse.Namespace) -> int:
-  from pipeline import tune
+  from commands import tune
   config = config_from_args(args)
   try:
     outcome = tune.run_tuning(config)
@@ -288,7 +288,7 @@ def _tune(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
-  from pipeline import generate
+  from commands import generate
   summary = generate.write_synthetic(args.format, args.rows, args.seed,
                                      args.out)
   print(summary)
@@ -296,7 +296,7 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-  from pipeline import report
+  from commands import report
   run = report.read_run(args.dir, args.min_slice_size)
   print(report.describe(run))
   print(f"report:    {report.write_run_page(run)}")
@@ -344,8 +344,8 @@ def build_parser() -> argparse.ArgumentParser:
   kubeflow.add_compile_parser(commands)
   from pipeline import run_compiled
   run_compiled.add_run_compiled_parser(commands)
-  from pipeline import benchmark
-  from pipeline import study
+  from commands import benchmark
+  from commands import study
   bench = commands.add_parser(
       "benchmark", help="time the training step per batch size")
   benchmark.add_arguments(bench)

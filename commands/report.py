@@ -17,27 +17,24 @@ import dataclasses
 import html
 import json
 import os
-from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 from typing import Tuple
 
 from matplotlib import ticker
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 import tensorflow as tf
 import tensorflow_model_analysis as tfma
 from tensorflow_model_analysis.writers import eval_config_writer
-from tfx import v1 as tfx
 from tfx.components.evaluator import constants as evaluator_constants
-from tfx.orchestration.portable.mlmd import execution_lib
 from tfx.utils import io_utils
 from tfx.utils import path_utils
 
-from pipeline import runner
+from components import tuner as tuner_component
+from pipeline import metadata
 from pipeline.config import DEFAULT_MIN_SLICE_SIZE
-from trainer_module import trainer
-from trainer_module import tuner as tuner_lib
+from trainer_module import contract
 
 REPORT_DIR = "report"
 INDEX_PAGE = "index.html"
@@ -59,7 +56,7 @@ SLICE_METRICS = ("auc", "calibration")
 TRAINING_CURVES = (("loss", "loss"), ("AUC", "auc"))
 DIFF_SUFFIX = "_diff"  # TFMA's name suffix of candidate-minus-baseline.
 # How _flat_metrics names the logistic-regression output's metrics.
-LR_PREFIX = trainer.LR_OUTPUT + "/"
+LR_PREFIX = contract.LR_OUTPUT + "/"
 
 Metrics = Dict[str, float]
 
@@ -108,14 +105,6 @@ class Evaluation:
 
 
 @dataclasses.dataclass(frozen=True)
-class ComponentState:
-  """One component (node) of the latest pipeline run and how it ended."""
-  node: str
-  state: str
-  message: str = ""
-
-
-@dataclasses.dataclass(frozen=True)
 class RunSummary:
   """Everything the report shows about one output DIR.
 
@@ -137,8 +126,8 @@ class RunSummary:
   """
   output_dir: str
   pipeline_run: Optional[str] = None
-  components: Tuple[ComponentState, ...] = ()
-  outcome: Optional[runner.RunOutcome] = None
+  components: Tuple[metadata.ComponentState, ...] = ()
+  outcome: Optional[metadata.RunOutcome] = None
   blessed: Optional[bool] = None
   baseline_model: Optional[str] = None
   earlier: Tuple[str, ...] = ()
@@ -263,7 +252,7 @@ def read_evaluation(uri: str,
 def read_training_record(model_uri: str) -> Optional[Dict[str, Any]]:
   """The model's training.json (trainer.run_fn writes it), or None."""
   path = os.path.join(path_utils.serving_model_path(model_uri),
-                      trainer.TRAINING_RECORD)
+                      contract.TRAINING_RECORD)
   if not tf.io.gfile.exists(path):
     return None
   with tf.io.gfile.GFile(path) as f:
@@ -271,34 +260,6 @@ def read_training_record(model_uri: str) -> Optional[Dict[str, Any]]:
       return json.load(f)
     except json.JSONDecodeError as error:
       raise ReportError(f"{path}: not valid JSON: {error}") from error
-
-
-def _latest_pipeline_run(store: metadata_store.MetadataStore
-                        ) -> Tuple[Optional[str], Tuple[ComponentState, ...],
-                                   FrozenSet[int]]:
-  """(run id, its components, ids of the artifacts it output or cached)."""
-  runs = store.get_contexts_by_type("pipeline_run")
-  if not runs:
-    return None, (), frozenset()
-  run = max(runs, key=lambda c: c.id)
-  executions = sorted(store.get_executions_by_context(run.id),
-                      key=lambda e: e.id)
-  components = []
-  for execution in executions:
-    nodes = [c.name.split(".", 1)[-1]
-             for c in store.get_contexts_by_execution(execution.id)
-             if c.type == "node"]
-    result = execution_lib.get_execution_result(execution,
-                                                ignore_parse_errors=True)
-    components.append(ComponentState(
-        node=nodes[0] if nodes else execution.type,
-        state=metadata_store_pb2.Execution.State.Name(
-            execution.last_known_state),
-        message=result.result_message if result else ""))
-  events = store.get_events_by_execution_ids([e.id for e in executions])
-  outputs = frozenset(e.artifact_id for e in events
-                      if e.type == metadata_store_pb2.Event.OUTPUT)
-  return run.name, tuple(components), outputs
 
 
 def _read_tuning(hyperparameters: metadata_store_pb2.Artifact,
@@ -313,7 +274,7 @@ def _read_tuning(hyperparameters: metadata_store_pb2.Artifact,
   with tf.io.gfile.GFile(path) as f:
     values = json.load(f).get("values", {})
   try:
-    trials = (tuple(tuner_lib.read_trials(tuner_results.uri))
+    trials = (tuple(tuner_component.read_trials(tuner_results.uri))
               if tuner_results else ())
   except FileNotFoundError:
     trials = ()
@@ -337,13 +298,11 @@ def read_run(output_dir: str,
   if not os.path.exists(metadata_path):  # Opening it would create it.
     return RunSummary(output_dir, problems=(
         f"no ML Metadata store at {metadata_path}: no pipeline ran here",))
-  store = metadata_store.MetadataStore(
-      tfx.orchestration.metadata.sqlite_metadata_connection_config(
-          metadata_path))
-  found = {name: runner.latest_artifact(store, name) for name in (
+  store = metadata.open_store(metadata_path)
+  found = {name: metadata.latest_artifact(store, name) for name in (
       "Model", "ModelEvaluation", "ModelBlessing", "PushedModel",
       "HyperParameters", "TunerResults")}
-  pipeline_run, components, outputs = _latest_pipeline_run(store)
+  pipeline_run, components, outputs = metadata.latest_pipeline_run(store)
   summary = {"pipeline_run": pipeline_run, "components": components,
              "earlier": tuple(name for name, artifact in found.items()
                               if artifact and pipeline_run
@@ -368,7 +327,7 @@ def read_run(output_dir: str,
       return None
 
   summary["outcome"] = attempt("the outcome from ML Metadata",
-                               runner.read_outcome_at, metadata_path)
+                               metadata.read_outcome_at, metadata_path)
   if found["ModelEvaluation"]:
     summary["evaluation"] = attempt(
         f"the evaluation {found['ModelEvaluation'].uri}", read_evaluation,
@@ -544,7 +503,7 @@ def plot_reliability(reliability: Mapping[str, Sequence[ReliabilityPoint]],
 
 
 def _bucket_order(values) -> List[str]:
-  known = [b for b in trainer.FREQUENCY_BUCKETS if b in values]
+  known = [b for b in contract.FREQUENCY_BUCKETS if b in values]
   return known + sorted(set(values) - set(known))
 
 
@@ -577,7 +536,7 @@ def plot_id_frequency(slices: Sequence[SliceMetrics], path: str) -> str:
     _grouped_bars(axes, groups, series)
     if metric == "calibration":
       axes.axhline(1.0, color="grey", linestyle="--")
-    axes.set_title(f"{metric} by {trainer.ID_FREQUENCY} (examples)")
+    axes.set_title(f"{metric} by {contract.ID_FREQUENCY} (examples)")
     axes.legend()
   return _save(figure, path)
 
@@ -687,7 +646,7 @@ def _slice_rows(slices: Sequence[SliceMetrics],
                 with_baseline: bool) -> List[List[str]]:
   """Id-frequency buckets rare to frequent; other slices largest first."""
   by_value = {s.value: s for s in slices}
-  if all(s.feature == trainer.ID_FREQUENCY for s in slices):
+  if all(s.feature == contract.ID_FREQUENCY for s in slices):
     ordered = [by_value[v] for v in _bucket_order(by_value)]
   else:
     ordered = sorted(slices,
@@ -732,7 +691,7 @@ def _evaluation_sections(run: RunSummary, report_dir: str) -> List[str]:
   header = ["value", "examples", *SLICE_METRICS, "lr auc"] + (
       ["baseline auc", "auc change"] if with_baseline else [])
   features = sorted({s.feature for s in evaluation.slices},
-                    key=lambda f: (f != trainer.ID_FREQUENCY, f))
+                    key=lambda f: (f != contract.ID_FREQUENCY, f))
   parts.append("<h2>Slices</h2>")
   if not features:
     parts.append(_paragraph("The evaluation has no slices besides the "
@@ -740,7 +699,7 @@ def _evaluation_sections(run: RunSummary, report_dir: str) -> List[str]:
   for feature in features:
     slices = [s for s in evaluation.slices if s.feature == feature]
     parts.append(f"<h3>{html.escape(feature)}</h3>")
-    if feature == trainer.ID_FREQUENCY:
+    if feature == contract.ID_FREQUENCY:
       parts.append(_image(plot_id_frequency(
           slices, os.path.join(report_dir, ID_FREQUENCY_FIGURE)),
                           "AUC and calibration by id frequency"))
@@ -854,7 +813,7 @@ def write_comparison_page(runs: Sequence[RunSummary]) -> str:
       "<h2>Overall metrics and hyperparameters</h2>",
       _table([""] + labels, _comparison_rows(runs))]
   frequency = {label: {s.value: s for s in r.evaluation.slices
-                       if s.feature == trainer.ID_FREQUENCY}
+                       if s.feature == contract.ID_FREQUENCY}
                for label, r in zip(labels, runs) if r.evaluation}
   if any(frequency.values()):
     order = _bucket_order({v for by_value in frequency.values()
@@ -864,7 +823,7 @@ def write_comparison_page(runs: Sequence[RunSummary]) -> str:
     _grouped_bars(axes, order, {
         label: [by_value[v].candidate.get("auc") if v in by_value else None
                 for v in order] for label, by_value in frequency.items()})
-    axes.set_title(f"auc by {trainer.ID_FREQUENCY}")
+    axes.set_title(f"auc by {contract.ID_FREQUENCY}")
     axes.legend()
     sections += ["<h2>AUC by id frequency</h2>", _image(_save(
         figure, os.path.join(report_dir, COMPARE_ID_FREQUENCY_FIGURE)),

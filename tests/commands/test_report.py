@@ -1,4 +1,4 @@
-"""pipeline.report: the run report shows TFMA's numbers and the run's fate.
+"""commands.report: the run report shows TFMA's numbers and the run's fate.
 
 The evaluations are real: tiny SavedModels with the trainer's signatures,
 evaluated by tfma.run_model_analysis with the pipeline's own eval config
@@ -20,12 +20,13 @@ from tfx import v1 as tfx
 from tfx.orchestration.portable.mlmd import execution_lib
 from tfx.proto.orchestration import execution_result_pb2
 
-from pipeline import cli
-from pipeline import report
+from commands import cli
+from commands import report
+from components import tuner as tuner_component
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_eval_config
+from trainer_module import contract
 from trainer_module import trainer
-from trainer_module import tuner as tuner_lib
 
 EXAMPLES = 600
 HISTORY = {"loss": [0.61, 0.52], "val_loss": [0.58, 0.55],
@@ -90,14 +91,14 @@ class _TinyModel(tf.Module):
     score = x * x if self._squared else x
     # Every model the Trainer exports also serves its logistic-regression
     # baseline, which the eval config evaluates beside it.
-    return {trainer.PREDICTION_KEY: tf.sigmoid(self.weight * score),
-            trainer.LR_OUTPUT: tf.sigmoid(0.5 * self.weight * x)}
+    return {contract.PREDICTION_KEY: tf.sigmoid(self.weight * score),
+            contract.LR_OUTPUT: tf.sigmoid(0.5 * self.weight * x)}
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
   def slicing_features(self, examples):
     x = self._x(examples)
-    rare, medium, frequent = trainer.FREQUENCY_BUCKETS
-    return {trainer.ID_FREQUENCY: tf.where(
+    rare, medium, frequent = contract.FREQUENCY_BUCKETS
+    return {contract.ID_FREQUENCY: tf.where(
         x < -0.5, rare, tf.where(x < 0.5, medium, frequent))}
 
 
@@ -108,10 +109,10 @@ def _save_model(config: PipelineConfig, uri: str, weight: float,
   model = _TinyModel(config.spec.dense[0], weight, squared)
   tf.saved_model.save(model, serving, signatures={
       "serving_default": model.serve,
-      trainer.SLICING_SIGNATURE: model.slicing_features})
+      contract.SLICING_SIGNATURE: model.slicing_features})
   record = trainer.training_hparams(config.trainer_config, {})
   record.update(train_examples=EXAMPLES, steps_per_epoch=1, history=HISTORY)
-  with open(os.path.join(serving, trainer.TRAINING_RECORD), "w") as f:
+  with open(os.path.join(serving, contract.TRAINING_RECORD), "w") as f:
     json.dump(record, f)
 
 
@@ -254,7 +255,7 @@ def test_report_shows_candidate_baseline_and_diff_from_tfma(runs):
   assert "CowClip clipped 0.42% of the embedding-row updates" in page
   for feature in _config(output_dir).eval_slice_features:
     assert f"<h3>{feature}</h3>" in page
-  for bucket in trainer.FREQUENCY_BUCKETS:
+  for bucket in contract.FREQUENCY_BUCKETS:
     assert f"<td>{bucket}</td>" in page
   # The hyperparameters actually used, from training.json.
   record = trainer.training_hparams(_config(output_dir).trainer_config, {})
@@ -317,7 +318,7 @@ def test_run_failed_before_the_evaluator_still_gets_a_report(tmp_path,
   os.makedirs(hparams)
   with open(os.path.join(hparams, "best_hyperparameters.txt"), "w") as f:
     json.dump({"space": [], "values": {"embed_lr": 0.0123, "r": 1.5}}, f)
-  tuner_lib.write_trials(
+  tuner_component.write_trials(
       [{"trial_id": "0", "status": "COMPLETED", "embed_lr": 0.0123,
         "val_auc": 0.7345, "error": None},
        {"trial_id": "1", "status": "FAILED", "embed_lr": 0.5,

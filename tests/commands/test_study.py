@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from pipeline import cli
-from pipeline import generate
-from pipeline import study
+from commands import cli
+from commands import generate
+from commands import study
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_eval_config
 

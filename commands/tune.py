@@ -24,52 +24,26 @@ import shutil
 from typing import Any, Dict, List, Mapping, Tuple
 
 from matplotlib.figure import Figure
-from ml_metadata.metadata_store import metadata_store
-from ml_metadata.proto import metadata_store_pb2
-from tfx import v1 as tfx
 
+from components import tuner as tuner_component
+from pipeline import metadata
 from pipeline import runner
 from pipeline.config import PipelineConfig
+from trainer_module import contract
 from trainer_module import scaling
 from trainer_module import trainer
-from trainer_module import tuner as tuner_lib
 
 BEST_JSON = "best_hyperparameters.json"
 BEST_DIR = "best_hyperparameters"
 # The name TFX's Tuner executor gives the file in its artifact.
 BEST_FILE = "best_hyperparameters.txt"
 PLOT = "trials.png"
-TUNER_NODE = tuner_lib.CtrTuner.__name__
-
-_DONE = (metadata_store_pb2.Execution.COMPLETE,
-         metadata_store_pb2.Execution.CACHED)
-
+TUNER_NODE = tuner_component.CtrTuner.__name__
 
 def latest_outputs(config: PipelineConfig, node_id: str) -> Dict[str, str]:
-  """Output key -> URI of the latest finished (or cached) run of a node.
-
-  By execution rather than the newest artifact of a type: a cached Tuner
-  returns artifacts older than those of another, later search in the store.
-
-  Raises:
-    LookupError: the node never finished in this pipeline's store.
-  """
-  store = metadata_store.MetadataStore(
-      tfx.orchestration.metadata.sqlite_metadata_connection_config(
-          config.metadata_path))
-  context = store.get_context_by_type_and_name(
-      "node", f"{config.pipeline_name}.{node_id}")
-  executions = [e for e in (store.get_executions_by_context(context.id)
-                            if context else []) if e.last_known_state in _DONE]
-  if not executions:
-    raise LookupError(f"{config.metadata_path}: {node_id} of pipeline "
-                      f"{config.pipeline_name} never finished")
-  execution = max(executions, key=lambda e: e.id)
-  events = [e for e in store.get_events_by_execution_ids([execution.id])
-            if e.type == metadata_store_pb2.Event.OUTPUT]
-  uris = {a.id: a.uri for a in store.get_artifacts_by_id(
-      [e.artifact_id for e in events])}
-  return {e.path.steps[0].key: uris[e.artifact_id] for e in events}
+  """Output key -> URI of the latest finished (or cached) run of a node."""
+  return metadata.node_artifacts(config.metadata_path, config.pipeline_name,
+                                 node_id)
 
 
 def check_best_hyperparameters(path: str) -> Dict[str, Any]:
@@ -94,17 +68,17 @@ def check_best_hyperparameters(path: str) -> Dict[str, Any]:
                      '{"space": [...], "values": {...}}')
   values = {k: v for k, v in values.items() if not k.startswith("tuner/")}
   base_keys = scaling.HPARAM_KEYS
-  unknown = sorted(set(values) - set(base_keys + trainer.MODEL_SIZE_KEYS))
+  unknown = sorted(set(values) - set(base_keys + contract.MODEL_SIZE_KEYS))
   if unknown or not values:
     raise ValueError(f"{path}: unknown hyperparameters {unknown} (known: "
-                     f"{list(base_keys + trainer.MODEL_SIZE_KEYS)})")
+                     f"{list(base_keys + contract.MODEL_SIZE_KEYS)})")
   for name, value in values.items():
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if name in base_keys and not (number and math.isfinite(value) and
                                   value >= 0):
       raise ValueError(f"{path}: {name} must be a finite number >= 0, got "
                        f"{value!r}")
-    if name in trainer.MODEL_SIZE_KEYS and not (
+    if name in contract.MODEL_SIZE_KEYS and not (
         isinstance(value, int) and not isinstance(value, bool) and value > 0):
       raise ValueError(f"{path}: {name} must be a positive integer, got "
                        f"{value!r}")
@@ -159,8 +133,8 @@ def plot_trials(rows: List[Mapping[str, Any]], path: str, title: str) -> None:
   figure = Figure(figsize=(max(6.0, 0.35 * len(rows)), 4.0))
   axes = figure.subplots()
   positions = range(len(rows))
-  done = [(i, row[tuner_lib.OBJECTIVE]) for i, row in enumerate(rows)
-          if row[tuner_lib.OBJECTIVE] is not None]
+  done = [(i, row[contract.OBJECTIVE]) for i, row in enumerate(rows)
+          if row[contract.OBJECTIVE] is not None]
   if done:
     xs, ys = zip(*done)
     axes.plot(xs, ys, "o", label="trial")
@@ -170,13 +144,13 @@ def plot_trials(rows: List[Mapping[str, Any]], path: str, title: str) -> None:
     axes.plot(xs[best], ys[best], "*", markersize=14,
               label=f"best: {ys[best]:.4f}")
   failed = [i for i, row in enumerate(rows)
-            if row[tuner_lib.OBJECTIVE] is None]
+            if row[contract.OBJECTIVE] is None]
   for i in failed:
     axes.axvline(i, color="tab:red", alpha=0.3,
                  label="failed" if i == failed[0] else None)
   axes.set_xticks(list(positions), [str(row["trial_id"]) for row in rows])
   axes.set_xlabel("trial")
-  axes.set_ylabel(f"validation AUC ({tuner_lib.OBJECTIVE})")
+  axes.set_ylabel(f"validation AUC ({contract.OBJECTIVE})")
   axes.set_title(title)
   axes.grid(alpha=0.3)
   axes.margins(x=0.1, y=0.15)
@@ -213,18 +187,18 @@ class TuningOutcome:
 def write_results(config: PipelineConfig, best_hparams_dir: str,
                   tuner_results_dir: str) -> TuningOutcome:
   """Writes the job's files (module doc) from a CtrTuner's two outputs."""
-  rows = tuner_lib.read_trials(tuner_results_dir)
+  rows = tuner_component.read_trials(tuner_results_dir)
   best_file = os.path.join(best_hparams_dir, BEST_FILE)
   values = check_best_hyperparameters(best_file)
   completed = [r for r in rows if r["status"] == "COMPLETED"]
-  best = max(completed, key=lambda r: r[tuner_lib.OBJECTIVE])
+  best = max(completed, key=lambda r: r[contract.OBJECTIVE])
   record = trainer.training_hparams(config.trainer_config, values)
   summary = {
       "dataset": config.dataset, "model": config.model,
       "tuner": config.tuner, "trials": len(rows),
-      "completed": len(completed), "objective": tuner_lib.OBJECTIVE,
+      "completed": len(completed), "objective": contract.OBJECTIVE,
       "best_trial": best["trial_id"],
-      "best_val_auc": best[tuner_lib.OBJECTIVE],
+      "best_val_auc": best[contract.OBJECTIVE],
       "best_val_loss": best["val_loss"], "values": values,
       "base_batch_size": record["base_batch_size"],
       "scaling_rule": record["rule"],
@@ -238,13 +212,13 @@ def write_results(config: PipelineConfig, best_hparams_dir: str,
   summary_path = os.path.join(config.output, BEST_JSON)
   with open(summary_path, "w", encoding="utf-8") as f:
     json.dump(summary, f, indent=2)
-  tuner_lib.write_trials(rows, config.output)
+  tuner_component.write_trials(rows, config.output)
   plot = os.path.join(config.output, PLOT)
   plot_trials(rows, plot, f"{config.dataset} {config.model}: {config.tuner} "
               f"search at batch {config.batch_size}")
   files = (summary_path, copy,
-           os.path.join(config.output, tuner_lib.TRIALS_CSV),
-           os.path.join(config.output, tuner_lib.TRIALS_JSON), plot)
+           os.path.join(config.output, tuner_component.TRIALS_CSV),
+           os.path.join(config.output, tuner_component.TRIALS_JSON), plot)
   return TuningOutcome(config.output, summary, rows, files)
 
 

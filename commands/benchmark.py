@@ -7,7 +7,7 @@ precision), embedding update ('dense', 'sparse') and CowClip on/off, and
 again with every vocabulary 10x larger at the first batch size (the dense
 update's cost grows with the table size, the sparse update's should not).
 
-Inputs: a raw file in the dataset's layout (generated with pipeline.generate
+Inputs: a raw file in the dataset's layout (generated with commands.generate
 when none is given) is turned into what Transform would write, in memory:
 each categorical field's ids are its tokens ranked by training count, tokens
 seen fewer than ``min_frequency`` times share the OOV id, and dense counts go
@@ -49,8 +49,8 @@ import numpy as np
 import pandas as pd
 import tensorflow as tf
 
-from pipeline import data_benchmark
-from pipeline import generate
+from commands import data_benchmark
+from commands import generate
 from trainer_module import cowclip
 from trainer_module import features
 from trainer_module import models

@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from pipeline import cli
-from pipeline import generate
+from commands import cli
+from commands import generate
 
 
 def _run(tmp_path, data, *extra):

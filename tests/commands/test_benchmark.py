@@ -6,9 +6,9 @@ import csv
 import numpy as np
 import pytest
 
-from pipeline import benchmark
-from pipeline import cli
-from pipeline import generate
+from commands import benchmark
+from commands import cli
+from commands import generate
 from trainer_module import features
 from trainer_module import models
 

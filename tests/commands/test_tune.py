@@ -14,9 +14,10 @@ from ml_metadata.proto import metadata_store_pb2
 import pytest
 from tfx import v1 as tfx
 
-from pipeline import cli
-from pipeline import generate
-from pipeline import tune
+from commands import cli
+from commands import generate
+from commands import tune
+from components import tuner as tuner_component
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_pipeline
 from trainer_module import scaling
@@ -287,7 +288,7 @@ def test_trainer_used_the_tuned_values_after_scaling(tuned_run):
 
 @pytest.mark.slow
 def test_trial_table_is_in_the_tuner_results(tuned_run):
-  rows = tuner.read_trials(tuned_run["tuner"]["tuner_results"])
+  rows = tuner_component.read_trials(tuned_run["tuner"]["tuner_results"])
   assert [r["trial_id"] for r in rows] == ["0", "1"]
   completed = [r for r in rows if r["status"] == "COMPLETED"]
   assert completed, rows
@@ -330,7 +331,7 @@ def test_tuning_job_reuses_the_run_and_writes_results(tuned_run, tuning_job):
   assert summary["tuned_at_batch_size"] == 256
   assert summary["scaled_at_tuned_batch_size"] == scaling.scale_hparams(
       "cowclip", best, 1024, 256)
-  with open(os.path.join(output, tuner.TRIALS_CSV), newline="") as f:
+  with open(os.path.join(output, tuner_component.TRIALS_CSV), newline="") as f:
     table = list(csv.DictReader(f))
   assert [r["trial_id"] for r in table] == ["0", "1"]
   assert {"dense_lr", "val_auc", "val_loss", "status", "epochs_run"} <= set(

@@ -12,7 +12,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 from sklearn.preprocessing import OneHotEncoder
 
-from pipeline import generate
+from commands import generate
 from trainer_module import features
 
 # The real Kaggle Avazu header, the format contract the file must meet.

@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from pipeline import cli
-from pipeline import data_benchmark
+from commands import cli
+from commands import data_benchmark
 
 
 def test_tree_memory_sampler_sees_a_child_process():

@@ -1,0 +1,108 @@
+"""CtrTuner: TFX's Tuner component whose results also hold the trial table.
+
+The component runs the module's tuner_fn (trainer_module.tuner.tuner_fn);
+its executor also writes the table of every trial (TRIALS_JSON and
+TRIALS_CSV) into its ``tuner_results`` artifact: TFX's own
+tuner_results.json has completed trials only, without the validation loss or
+the epochs run. ``read_trials`` reads it back.
+"""
+
+import csv
+import json
+import os
+from typing import Any, Dict, List
+
+import keras_tuner
+import tensorflow as tf
+from tfx import v1 as tfx
+from tfx.components.tuner import executor as tuner_executor
+from tfx.dsl.components.base import executor_spec
+from tfx.types import artifact_utils
+from tfx.types import standard_component_specs
+
+from trainer_module import contract
+
+# Files of the trial table inside the tuner_results artifact.
+TRIALS_JSON = "trials.json"
+TRIALS_CSV = "trials.csv"
+# Metrics of a trial in the table (at its best epoch), after its hparams.
+TABLE_METRICS = (contract.OBJECTIVE, "val_loss", "epochs_run")
+
+
+def trial_rows(oracle: keras_tuner.Oracle) -> List[Dict[str, Any]]:
+  """One row per trial, in trial order: id, status, values, metrics, error.
+
+  The values are the searched ones (and Hyperband's tuner/* bookkeeping);
+  metrics are None for trials that did not complete, whose "error" is the
+  last line of their traceback.
+  """
+  names = [hp.name for hp in oracle.get_space().space]
+  trials = sorted(oracle.trials.values(), key=lambda t: int(t.trial_id))
+  names += sorted({name for t in trials for name in t.hyperparameters.values
+                   if name not in names})
+  rows = []
+  for trial in trials:
+    row = {"trial_id": trial.trial_id, "status": trial.status}
+    row.update({name: trial.hyperparameters.values.get(name)
+                for name in names})
+    for metric in TABLE_METRICS:
+      row[metric] = (trial.metrics.get_last_value(metric)
+                     if trial.metrics.exists(metric) else None)
+    if row["epochs_run"] is not None:
+      row["epochs_run"] = int(row["epochs_run"])
+    message = (trial.message or "").strip()
+    row["error"] = message.splitlines()[-1] if message else None
+    rows.append(row)
+  return rows
+
+
+def write_trials(rows: List[Dict[str, Any]], directory: str) -> None:
+  """Writes the trial table as TRIALS_JSON and TRIALS_CSV in `directory`."""
+  tf.io.gfile.makedirs(directory)
+  with tf.io.gfile.GFile(os.path.join(directory, TRIALS_JSON), "w") as f:
+    json.dump(rows, f, indent=2)
+  columns = list(rows[0]) if rows else ["trial_id", "status"]
+  with tf.io.gfile.GFile(os.path.join(directory, TRIALS_CSV), "w") as f:
+    writer = csv.DictWriter(f, columns)
+    writer.writeheader()
+    writer.writerows(rows)
+
+
+def read_trials(tuner_results_dir: str) -> List[Dict[str, Any]]:
+  """The trial table of a CtrTuner's tuner_results artifact (or a copy)."""
+  path = os.path.join(tuner_results_dir, TRIALS_JSON)
+  if not tf.io.gfile.exists(path):
+    raise FileNotFoundError(
+        f"{path} does not exist: {tuner_results_dir} is not the "
+        "tuner_results of a components.tuner.CtrTuner")
+  with tf.io.gfile.GFile(path) as f:
+    return json.load(f)
+
+
+class TrialTableExecutor(tuner_executor.Executor):
+  """TFX's Tuner executor that also writes the trial table.
+
+  Fails with the trials' errors when none completed (TFX's own would stop
+  on an IndexError).
+  """
+
+  def Do(self, input_dict, output_dict, exec_properties) -> None:
+    if tuner_executor.get_tune_args(exec_properties):
+      raise ValueError("TuneArgs (parallel trials) are not supported: run "
+                       "trials in parallel with KerasTuner's distributed "
+                       "mode instead")
+    tuner = tuner_executor.search(input_dict, exec_properties,
+                                  self._get_tmp_dir())
+    rows = trial_rows(tuner.oracle)
+    write_trials(rows, artifact_utils.get_single_uri(
+        output_dict[standard_component_specs.TUNER_RESULTS_KEY]))
+    if not any(row["status"] == "COMPLETED" for row in rows):
+      errors = "; ".join(f"trial {row['trial_id']}: {row['error']}"
+                         for row in rows)
+      raise RuntimeError(f"no tuning trial completed ({errors or 'none ran'})")
+    tuner_executor.write_best_hyperparameters(tuner, output_dict)
+
+
+class CtrTuner(tfx.components.Tuner):
+  """tfx.components.Tuner whose tuner_results also hold the trial table."""
+  EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(TrialTableExecutor)

@@ -1,0 +1,245 @@
+"""Every read of a run's ML Metadata store: what ran, what it produced.
+
+The runner, the report, the study and the tuning tool ask the store the
+same few questions, so they ask them here:
+
+* `latest_artifact`: the newest live artifact of a type (the Evaluator's
+  baseline copy left out);
+* `node_artifacts`: the artifacts of the latest finished
+  (or cached) execution of one pipeline node. By execution rather than the
+  newest artifact of a type: a cached node returns artifacts older than
+  those of another, later run in the same store;
+* `latest_pipeline_run`: the components of the latest pipeline run;
+* `ingestion_counts`, `execution_spans`: rows ingested, component timings;
+* `read_outcome_at`: what a finished run produced (RunOutcome).
+"""
+
+import dataclasses
+from typing import Dict, FrozenSet, Optional, Tuple
+
+from ml_metadata.metadata_store import metadata_store
+from ml_metadata.proto import metadata_store_pb2
+import tensorflow_model_analysis as tfma
+from tfx import v1 as tfx
+from tfx.orchestration.portable.mlmd import execution_lib
+
+from components import baseline
+from components import lr_gate
+
+# Execution states of a node that finished: ran, or reused a cached result.
+FINISHED = (metadata_store_pb2.Execution.COMPLETE,
+            metadata_store_pb2.Execution.CACHED)
+
+
+def open_store(metadata_path: str) -> metadata_store.MetadataStore:
+  """The SQLite ML Metadata store at `metadata_path` (created if absent)."""
+  return metadata_store.MetadataStore(
+      tfx.orchestration.metadata.sqlite_metadata_connection_config(
+          metadata_path))
+
+
+def latest_artifact(store: metadata_store.MetadataStore,
+                    type_name: str) -> Optional[metadata_store_pb2.Artifact]:
+  """The newest live artifact of `type_name` in `store`, or None.
+
+  The Evaluator's baseline (a copy of the served model) is not a Model
+  this pipeline trained: it is left out.
+  """
+  artifacts = store.get_artifacts_by_type(type_name)
+  live = [a for a in artifacts
+          if a.state == metadata_store_pb2.Artifact.LIVE
+          and not baseline.is_baseline_copy(a)]
+  return max(live, key=lambda a: a.id) if live else None
+
+
+def latest_execution(store: metadata_store.MetadataStore, pipeline_name: str,
+                     node_id: str) -> Optional[metadata_store_pb2.Execution]:
+  """The latest finished (or cached) execution of a node, or None."""
+  context = store.get_context_by_type_and_name(
+      "node", f"{pipeline_name}.{node_id}")
+  executions = [e for e in (store.get_executions_by_context(context.id)
+                            if context else [])
+                if e.last_known_state in FINISHED]
+  return max(executions, key=lambda e: e.id) if executions else None
+
+
+def node_artifacts(metadata_path: str, pipeline_name: str, node_id: str,
+                   inputs: bool = False) -> Dict[str, str]:
+  """Output key -> URI of the latest finished execution of a node, and its
+  input keys too when `inputs` (an input and an output never share a key
+  in TFX's components).
+
+  Raises:
+    LookupError: the node never finished in this pipeline's store.
+  """
+  store = open_store(metadata_path)
+  execution = latest_execution(store, pipeline_name, node_id)
+  if execution is None:
+    raise LookupError(f"{metadata_path}: {node_id} of pipeline "
+                      f"{pipeline_name} never finished")
+  kinds = {metadata_store_pb2.Event.OUTPUT}
+  if inputs:
+    kinds.add(metadata_store_pb2.Event.INPUT)
+  events = [e for e in store.get_events_by_execution_ids([execution.id])
+            if e.type in kinds]
+  uris = {a.id: a.uri for a in store.get_artifacts_by_id(
+      [e.artifact_id for e in events])}
+  return {e.path.steps[0].key: uris[e.artifact_id] for e in events}
+
+
+def ingestion_counts(store: metadata_store.MetadataStore) -> Dict[str, int]:
+  """The row counts RawCtrExampleGen recorded on its latest Examples
+  (rows_read, bad_rows, train_rows, eval_rows), or {} when none did."""
+  ingested = [a for a in store.get_artifacts_by_type("Examples")
+              if "rows_read" in a.custom_properties]
+  if not ingested:
+    return {}
+  properties = max(ingested, key=lambda a: a.id).custom_properties
+  return {key: properties[key].int_value
+          for key in ("rows_read", "bad_rows", "train_rows", "eval_rows")}
+
+
+def execution_spans(store: metadata_store.MetadataStore
+                   ) -> Dict[str, Tuple[float, float]]:
+  """Node id -> (start, end) seconds since the epoch of its execution (the
+  latest one of a node that ran more than once)."""
+  spans = {}
+  for execution in sorted(store.get_executions(), key=lambda e: e.id):
+    node = next((c.name for c in store.get_contexts_by_execution(execution.id)
+                 if c.type == "node"), None)
+    if node is None:
+      continue
+    spans[node.rsplit(".", 1)[-1]] = (
+        execution.create_time_since_epoch / 1000,
+        execution.last_update_time_since_epoch / 1000)
+  return spans
+
+
+@dataclasses.dataclass(frozen=True)
+class ComponentState:
+  """One component (node) of the latest pipeline run and how it ended."""
+  node: str
+  state: str
+  message: str = ""
+
+
+def latest_pipeline_run(store: metadata_store.MetadataStore
+                       ) -> Tuple[Optional[str], Tuple[ComponentState, ...],
+                                  FrozenSet[int]]:
+  """(run id, its components, ids of the artifacts it output or cached)."""
+  runs = store.get_contexts_by_type("pipeline_run")
+  if not runs:
+    return None, (), frozenset()
+  run = max(runs, key=lambda c: c.id)
+  executions = sorted(store.get_executions_by_context(run.id),
+                      key=lambda e: e.id)
+  components = []
+  for execution in executions:
+    nodes = [c.name.split(".", 1)[-1]
+             for c in store.get_contexts_by_execution(execution.id)
+             if c.type == "node"]
+    result = execution_lib.get_execution_result(execution,
+                                                ignore_parse_errors=True)
+    components.append(ComponentState(
+        node=nodes[0] if nodes else execution.type,
+        state=metadata_store_pb2.Execution.State.Name(
+            execution.last_known_state),
+        message=result.result_message if result else ""))
+  events = store.get_events_by_execution_ids([e.id for e in executions])
+  outputs = frozenset(e.artifact_id for e in events
+                      if e.type == metadata_store_pb2.Event.OUTPUT)
+  return run.name, tuple(components), outputs
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOutcome:
+  """What a finished run produced, read from ML Metadata."""
+  metadata_path: str
+  pushed: bool
+  pushed_model: Optional[str]
+  evaluation: Optional[str]
+  model: Optional[str]
+  failed_checks: Tuple[str, ...] = ()
+  ingestion: Optional[str] = None
+
+  def describe(self) -> str:
+    lines = [f"metadata store:   {self.metadata_path}",
+             f"ingested:         {self.ingestion}",
+             f"trained model:    {self.model}",
+             f"evaluation:       {self.evaluation}"]
+    if self.pushed:
+      lines.append(f"pushed model:     {self.pushed_model}")
+    else:
+      lines += [f"not pushed: {check}" for check in self.failed_checks or
+                ("the model was not blessed",)]
+    return "\n".join(lines)
+
+
+def describe_failure(failure) -> str:
+  """'auc 0.6012 < min 0.7000', or 'auc -0.0123 vs baseline < -0.0010'."""
+  name = failure.metric_key.name
+  if not failure.HasField("metric_value"):
+    return f"{name}: {failure.message}"
+  value = failure.metric_value.double_value.value
+  threshold = failure.metric_threshold
+  if failure.metric_key.is_diff:
+    change = threshold.change_threshold
+    higher_is_better = (change.direction ==
+                        tfma.MetricDirection.HIGHER_IS_BETTER)
+    return (f"{name} changed by {value:+.4f} vs the last blessed model "
+            f"({'<' if higher_is_better else '>'} allowed "
+            f"{change.absolute.value:+.4f})")
+  bound = threshold.value_threshold
+  if name == lr_gate.AUC_OVER_LR:
+    return (f"the model's AUC is {-value:.4f} below the logistic-regression "
+            f"baseline's (allowed {-bound.lower_bound.value:.4f}): a model "
+            "that loses to logistic regression is not pushed")
+  if bound.HasField("lower_bound") and value < bound.lower_bound.value:
+    return f"{name} {value:.4f} < min {bound.lower_bound.value:.4f}"
+  if bound.HasField("upper_bound") and value > bound.upper_bound.value:
+    return f"{name} {value:.4f} > max {bound.upper_bound.value:.4f}"
+  return f"{name} {value:.4f}: {failure.message}"
+
+
+def failed_checks(evaluation_uri: str) -> Tuple[str, ...]:
+  """The Evaluator's failed checks, one readable line each."""
+  result = tfma.load_validation_result(evaluation_uri)
+  checks = []
+  for failures in result.metric_validations_per_slice:
+    where = tfma.slicer.stringify_slice_key(
+        tfma.slicer.deserialize_slice_key(failures.slice_key))
+    checks += [f"{describe_failure(failure)} ({where})"
+               for failure in failures.failures]
+  return tuple(checks)
+
+
+def read_outcome_at(metadata_path: str) -> RunOutcome:
+  """The latest artifacts in the metadata store at `metadata_path`.
+
+  Needs no PipelineConfig, so a finished run can be read (commands.report)
+  from its output directory alone.
+  """
+  store = open_store(metadata_path)
+
+  def uri(type_name):
+    artifact = latest_artifact(store, type_name)
+    return artifact.uri if artifact else None
+
+  counts = ingestion_counts(store)
+  ingestion = (f"{counts['rows_read']:,} rows, "
+               f"{counts['bad_rows']:,} bad rows dropped "
+               f"({counts['train_rows']:,} train, "
+               f"{counts['eval_rows']:,} eval)") if counts else None
+  pushed = latest_artifact(store, "PushedModel")
+  evaluation = uri("ModelEvaluation")
+  is_pushed = bool(pushed and pushed.custom_properties["pushed"].int_value)
+  return RunOutcome(
+      metadata_path=metadata_path,
+      pushed=is_pushed,
+      pushed_model=(pushed.custom_properties["pushed_destination"]
+                    .string_value if is_pushed else None),
+      evaluation=evaluation,
+      model=uri("Model"),
+      failed_checks=(failed_checks(evaluation)
+                     if evaluation and not is_pushed else ()),
+      ingestion=ingestion)

@@ -1,0 +1,28 @@
+"""The names the rest of the project reads from a trained model: no TensorFlow.
+
+The serving signature's outputs, the slicing signature the Evaluator slices
+by, the record written next to the exported model, the tuned keys that size
+the model, and the tuning objective. trainer.py and tuner.py write them;
+pipeline/, components/ and commands/ read them from here, so defining the
+DAG or reading a report does not import Keras or KerasTuner for a string.
+"""
+
+# Name of the serving signature's output (the Evaluator reads it).
+PREDICTION_KEY = "probability"
+# The signature's second output: the click probability of the
+# logistic-regression baseline trained beside the model (the Evaluator
+# reports it and the gate checks the model beats it).
+LR_OUTPUT = "logistic_regression"
+# The Evaluator slices by this feature of the SLICING_SIGNATURE's output.
+SLICING_SIGNATURE = "slicing_features"
+ID_FREQUENCY = "id_frequency"
+FREQUENCY_BUCKETS = ("rare", "medium", "frequent")
+# Written next to the exported model: how this model was trained.
+TRAINING_RECORD = "training.json"
+# Tuned values that size the model (trainer_module.tuner searches them when
+# asked): a DNN of dnn_layers x dnn_units. Other tuned keys are base
+# hyperparameters.
+MODEL_SIZE_KEYS = ("embedding_dim", "dnn_units", "dnn_layers")
+# The tuning objective: the best epoch's validation AUC (the models log
+# ``auc``, Keras prefixes validation metrics).
+OBJECTIVE = "val_auc"
