@@ -19,12 +19,11 @@ import logging
 import sys
 from typing import Any, Dict, List, Optional
 
+from trainer_module import features
+from trainer_module import hparams
+
 EXIT_FAILED = 1
 EXIT_NOT_PUSHED = 3
-
-# CLI flag -> base hyperparameter key (trainer_module.features specs).
-HPARAM_FLAGS = {"dense-lr": "dense_lr", "embed-lr": "embed_lr", "l2": "l2",
-                "r": "r", "zeta": "zeta", "warmup-epochs": "warmup_epochs"}
 
 
 def _floats(text: str) -> tuple:
@@ -47,7 +46,6 @@ MODEL_OPTION_FLAGS = ("embedding_dim", "hidden_units", "cross_layers",
 def add_input_arguments(parser: argparse.ArgumentParser,
                         output_help: str) -> None:
   """--dataset, --data and --output, shared by every pipeline command."""
-  from trainer_module import features
   parser.add_argument("--dataset", required=True,
                       choices=sorted(features.DATASETS))
   parser.add_argument("--data", required=True,
@@ -88,7 +86,8 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
   parser.add_argument("--split", default="hash", choices=config_lib.SPLITS,
                       help="hash: deterministic per row; sequential: the "
                       "last rows are eval (Criteo is in time order)")
-  parser.add_argument("--max-bad-fraction", type=float, default=0.001,
+  parser.add_argument("--max-bad-fraction", type=float,
+                      default=features.DEFAULT_MAX_BAD_FRACTION,
                       help="malformed rows above this share fail the run")
   parser.add_argument("--min-auc", type=float,
                       default=config_lib.DEFAULT_MIN_AUC,
@@ -149,11 +148,25 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
   parser.add_argument("--beam-arg", dest="beam_args", action="append",
                       default=None, help="extra Beam pipeline argument "
                       "(repeatable), e.g. --beam-arg=--direct_num_workers=2")
-  for flag, key in HPARAM_FLAGS.items():
-    parser.add_argument(f"--{flag}", dest=key, type=float, default=None,
-                        help=f"override the base {key} (at the dataset's "
-                        "base batch size; the scaling rule maps it)")
+  add_hparam_arguments(parser, "the scaling rule maps it")
   _add_tuning_arguments(parser)
+
+
+def add_hparam_arguments(parser: argparse.ArgumentParser,
+                         mapped_by: str) -> None:
+  """--dense-lr ... --warmup-epochs: overrides of the base hyperparameters
+  (hparams.BASE_HPARAMS), for `run`, `tune` and `study`."""
+  for hparam in hparams.BASE_HPARAMS:
+    parser.add_argument(f"--{hparam.flag}", dest=hparam.name, type=float,
+                        default=None, help=f"{hparam.help}: overrides the "
+                        "dataset's base value (at its base batch size; "
+                        f"{mapped_by})")
+
+
+def hparam_overrides(args: argparse.Namespace) -> Dict[str, float]:
+  """The base hyperparameters given on the command line."""
+  return {h.name: getattr(args, h.name) for h in hparams.BASE_HPARAMS
+          if getattr(args, h.name) is not None}
 
 
 def _add_tuning_arguments(parser: argparse.ArgumentParser) -> None:
@@ -185,8 +198,7 @@ def _add_tuning_arguments(parser: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace):
   """PipelineConfig from parsed `run` arguments."""
   from pipeline.config import PipelineConfig
-  overrides = {key: getattr(args, key) for key in HPARAM_FLAGS.values()
-               if getattr(args, key) is not None}
+  overrides = hparam_overrides(args)
   extra = {"beam_args": tuple(args.beam_args)} if args.beam_args else {}
   extra.update(_tuning_settings(args))
   for name in ("calibration_band", "frequency_thresholds"):

@@ -667,10 +667,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="vocabulary frequency threshold (default: per "
                       "dataset)")
   parser.add_argument("--eval-fraction", type=float, default=None)
-  for flag, key in cli.HPARAM_FLAGS.items():
-    parser.add_argument(f"--{flag}", dest=key, type=float, default=None,
-                        help=f"override the base {key} (at the dataset's "
-                        "base batch size; each rule maps it)")
+  cli.add_hparam_arguments(parser, "each rule maps it")
 
 
 def _parse_choices(text: str, choices: Sequence[str], what: str) -> List[str]:
@@ -692,8 +689,7 @@ def _parse_models(text: str) -> List[str]:
 
 def main(args: argparse.Namespace) -> int:
   """Runs the study from parsed flags."""
-  overrides = {key: getattr(args, key) for key in cli.HPARAM_FLAGS.values()
-               if getattr(args, key) is not None}
+  overrides = cli.hparam_overrides(args)
   extra = {}
   if args.hidden_units:
     extra["model_options"] = {"hidden_units": tuple(args.hidden_units)}

@@ -16,9 +16,15 @@ Transformed-feature contract (what Transform writes and the models read):
 import dataclasses
 from typing import Dict, Mapping, Optional, Tuple
 
+from trainer_module import hparams
+
 # Ids below the frequency threshold, unseen ids and missing values share these
 # buckets. One bucket keeps "rare" a single learnable row per field.
 NUM_OOV_BUCKETS = 1
+
+# Share of malformed raw rows ExampleGen drops (and reports) before it
+# fails the run: a few broken log lines are normal, many mean a wrong file.
+DEFAULT_MAX_BAD_FRACTION = 0.001
 
 # Derived categorical features built from a YYMMDDHH time field (Avazu
 # ``hour``): the raw value is a timestamp, useless as an id.
@@ -49,9 +55,10 @@ class DatasetSpec:
     eval_fraction: default share of rows in the eval split.
     min_frequency: vocabulary frequency threshold (train split) for
       ``reference_examples`` training rows; see auto_min_frequency.
-    base_hparams: base hyperparameters at ``base_batch_size``
-      (reference implementation's values), tuned on ``reference_examples``
-      training rows (scaling.auto_base_hparams adapts them to fewer).
+    base_hparams: base hyperparameters (hparams.NAMES) at
+      ``base_batch_size`` (reference implementation's values), tuned on
+      ``reference_examples`` training rows (scaling.auto_base_hparams adapts
+      them to fewer).
     base_batch_size: the batch size the base hyperparameters are for.
     reference_examples: training rows of the full public dataset, which
       the published min_frequency and base_hparams are for.
@@ -134,8 +141,8 @@ CRITEO = DatasetSpec(
     # The common Criteo benchmark setting (DeepCTR/FuxiCTR): ids seen fewer
     # than 10 times in train share the OOV row.
     min_frequency=10,
-    base_hparams={"dense_lr": 8e-4, "embed_lr": 1e-4, "l2": 1e-5, "r": 1.0,
-                  "zeta": 1e-5, "warmup_epochs": 1.0},
+    # The paper's Criteo values are the definition's defaults.
+    base_hparams=hparams.published(),
     base_batch_size=1024,
     # Kaggle train.txt: 45,840,617 rows, 90% of them in train.
     reference_examples=41_256_555,
@@ -167,8 +174,7 @@ AVAZU = DatasetSpec(
     eval_fraction=0.2,
     # Avazu benchmark setting (FuxiCTR avazu_x4): ids seen once are OOV.
     min_frequency=2,
-    base_hparams={"dense_lr": 1e-4, "embed_lr": 1e-4, "l2": 1e-5, "r": 1.0,
-                  "zeta": 1e-4, "warmup_epochs": 1.0},
+    base_hparams=hparams.published(dense_lr=1e-4, zeta=1e-4),
     base_batch_size=1024,
     # Kaggle train: 40,428,967 rows, 80% of them in train.
     reference_examples=32_343_174,

@@ -27,12 +27,13 @@ import math
 import numbers
 from typing import Dict, Mapping, Sequence
 
+from trainer_module import hparams
+
 RULES = ("none", "linear", "sqrt", "n2-lambda", "cowclip")
 DEFAULT_RULE = "cowclip"
 
-# The keys a base set of hyperparameters must have, and the only ones allowed:
-# a misspelt key would otherwise silently escape scaling.
-HPARAM_KEYS = ("dense_lr", "embed_lr", "l2", "r", "zeta", "warmup_epochs")
+# The keys a base set of hyperparameters must have (hparams.NAMES).
+HPARAM_KEYS = hparams.NAMES
 
 
 def scale_hparams(rule: str, base: Mapping[str, float], base_batch_size: int,
@@ -50,16 +51,13 @@ def scale_hparams(rule: str, base: Mapping[str, float], base_batch_size: int,
     A new dict with the keys of HPARAM_KEYS.
 
   Raises:
-    ValueError: unknown rule, missing or unknown keys in ``base``, or batch
-      sizes that are not positive integers.
+    ValueError: unknown rule, missing or unknown keys in ``base``, values
+      that are not finite numbers >= 0, or batch sizes that are not
+      positive integers.
   """
   if rule not in RULES:
     raise ValueError(f"unknown scaling rule {rule!r}; choose one of {RULES}")
-  missing = [k for k in HPARAM_KEYS if k not in base]
-  unknown = sorted(k for k in base if k not in HPARAM_KEYS)
-  if missing or unknown:
-    raise ValueError(f"base hyperparameters must have exactly the keys "
-                     f"{HPARAM_KEYS}; missing {missing}, unknown {unknown}")
+  base = hparams.check_values(base)
   for name, size in (("base_batch_size", base_batch_size),
                      ("batch_size", batch_size)):
     if (isinstance(size, bool) or not isinstance(size, numbers.Integral) or

@@ -57,13 +57,18 @@ import numpy as np
 import tensorflow as tf
 
 from trainer_module import cowclip
+from trainer_module import hparams
+from trainer_module import settings
 
-EMBEDDING_UPDATES = ("dense", "sparse")
+EMBEDDING_UPDATES = settings.EMBEDDING_UPDATES
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainingConfig:
   """How to train: the SCALED hyperparameters plus the step's options.
+
+  The first six fields are hparams.NAMES, after the scaling rule
+  (``TrainingConfig(**scaled, steps_per_epoch=...)``).
 
   Attributes:
     dense_lr: peak Adam learning rate of the dense weights.
@@ -87,17 +92,13 @@ class TrainingConfig:
   warmup_epochs: float
   steps_per_epoch: int
   cowclip: bool = True
-  cowclip_variant: str = "paper"
-  embedding_update: str = "dense"
+  cowclip_variant: str = settings.DEFAULT_COWCLIP_VARIANT
+  embedding_update: str = settings.DEFAULT_EMBEDDING_UPDATE
   jit_compile: Optional[bool] = None
 
   def __post_init__(self):
-    for name in ("dense_lr", "embed_lr", "l2", "r", "zeta", "warmup_epochs"):
-      value = getattr(self, name)
-      if not (isinstance(value, (int, float)) and math.isfinite(value) and
-              value >= 0):
-        raise ValueError(f"TrainingConfig.{name} must be a finite number "
-                         f">= 0, got {value!r}")
+    for name in hparams.NAMES:
+      hparams.check_value(name, getattr(self, name), "TrainingConfig")
     if (isinstance(self.steps_per_epoch, bool) or
         not isinstance(self.steps_per_epoch, int) or
         self.steps_per_epoch <= 0):
@@ -272,41 +273,52 @@ class NonFiniteLossGuard(keras.callbacks.Callback):
 class ThroughputLogger(keras.callbacks.Callback):
   """Logs training examples/second per epoch (console, logs, TensorBoard).
 
+  The one step timer (the Trainer, the study and the benchmark use it).
   The rate covers the training steps only (not validation) and leaves out
-  the first step of each epoch, which in the first epoch traces and
-  compiles the step function; the last, partial batch counts as full.
-  The value is also put into the epoch logs as ``examples_per_second``, so
-  History and a TensorBoard callback placed after this one record it.
+  the first ``warmup_steps`` steps of each epoch (the first step of the
+  first epoch traces and compiles the step function); the last, partial
+  batch counts as full. The value is also put into the epoch logs as
+  ``examples_per_second``, so History and a TensorBoard callback placed
+  after this one record it; ``timed_steps`` and ``timed_seconds`` keep the
+  last epoch's measurement.
   """
 
-  def __init__(self, batch_size: int, log_dir: Optional[str] = None):
+  def __init__(self, batch_size: int, log_dir: Optional[str] = None,
+               warmup_steps: int = 1):
     super().__init__()
+    if warmup_steps < 1:
+      raise ValueError(f"warmup_steps must be >= 1 (the first step "
+                       f"compiles), got {warmup_steps}")
     self.batch_size = batch_size
     self.log_dir = log_dir
+    self.warmup_steps = warmup_steps
+    self.timed_steps = 0
+    self.timed_seconds = 0.0
     self._writer = None
-    self._first_step_end = None
+    self._start = None
     self._last_step_end = None
     self._steps = 0
 
   def on_epoch_begin(self, epoch, logs=None):
-    self._first_step_end = None
+    self._start = None
     self._steps = 0
 
   def on_train_batch_end(self, batch, logs=None):
     now = time.perf_counter()
-    if self._first_step_end is None:
-      self._first_step_end = now
-    self._last_step_end = now
     self._steps = batch + 1
+    if self._steps == self.warmup_steps:
+      self._start = now
+    self._last_step_end = now
 
   def on_epoch_end(self, epoch, logs=None):
-    if self._steps < 2:
-      return  # Only the compile step was timed: no meaningful rate.
-    seconds = self._last_step_end - self._first_step_end
-    rate = (self._steps - 1) * self.batch_size / seconds
+    if self._steps <= self.warmup_steps:
+      return  # Only warm-up steps ran: no meaningful rate.
+    self.timed_steps = self._steps - self.warmup_steps
+    self.timed_seconds = self._last_step_end - self._start
+    rate = self.timed_steps * self.batch_size / self.timed_seconds
     print(f"Epoch {epoch + 1}: {rate:,.0f} examples/s "
-          f"({self._steps - 1} steps of batch {self.batch_size} in "
-          f"{seconds:.2f} s)", flush=True)
+          f"({self.timed_steps} steps of batch {self.batch_size} in "
+          f"{self.timed_seconds:.2f} s)", flush=True)
     if logs is not None:
       logs["examples_per_second"] = rate
     if self.log_dir:

@@ -56,7 +56,8 @@ class RawCtrExampleGen(component.FileBasedExampleGen):
                input_pattern: str = "*",
                split: str = "hash",
                eval_fraction: Optional[float] = None,
-               max_bad_fraction: float = 0.001):
+               max_bad_fraction: float = (
+                   features.DEFAULT_MAX_BAD_FRACTION)):
     """Constructs a RawCtrExampleGen.
 
     Args:

@@ -63,7 +63,7 @@ class IngestOptions:
   """The executor's custom_config: what to read and how strict to be."""
   dataset: str
   split: str = "hash"
-  max_bad_fraction: float = 0.001
+  max_bad_fraction: float = features.DEFAULT_MAX_BAD_FRACTION
 
   def __post_init__(self):
     features.get_spec(self.dataset)

@@ -301,6 +301,21 @@ def test_throughput_logger_logs_examples_per_second(tmp_path, capsys):
   assert "examples_per_second" in tags
 
 
+def test_throughput_logger_times_the_steps_after_the_warmup(capsys):
+  model = _model()
+  features, labels = _batch(0, rows=48)
+  data = tf.data.Dataset.from_tensor_slices((features, labels)).batch(8)
+  logger = training.ThroughputLogger(8, warmup_steps=2)
+  history = model.fit(data, epochs=1, verbose=0, callbacks=[logger])
+  # 6 steps, 2 of them warm-up: 4 timed.
+  assert logger.timed_steps == 4 and logger.timed_seconds > 0
+  assert history.history["examples_per_second"][0] == pytest.approx(
+      4 * 8 / logger.timed_seconds)
+  assert "(4 steps of batch 8" in capsys.readouterr().out
+  with pytest.raises(ValueError, match="warmup_steps must be >= 1"):
+    training.ThroughputLogger(8, warmup_steps=0)
+
+
 def test_fused_adam_matches_keras_adam():
   rng = np.random.default_rng(0)
   start = rng.normal(size=(6, 3)).astype(np.float32)

@@ -1,0 +1,279 @@
+"""The Trainer's and the Tuner's settings: typed, validated, serialisable.
+
+The Trainer's custom_config crosses the TFX boundary as JSON (it is stored
+in ML Metadata with the run). ``TrainerSettings`` is that config as one
+frozen dataclass: the pipeline config builds it (and so validates it once,
+with messages that name the field), ``to_custom_config`` writes the dict
+the component gets, and run_fn, tuner_fn, the study and the benchmark read
+it back with ``from_custom_config`` or hold it directly. No string keys are
+read anywhere else. ``TuningSettings`` adds the Tuner's search settings
+under "tuning". Like components.raw_example_gen's IngestOptions for
+ExampleGen.
+
+No TensorFlow here: the pipeline definition and the CLI import it. So the
+option names that the models, the training step and CowClip implement are
+defined here and imported there.
+"""
+
+import dataclasses
+import numbers
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+from trainer_module import features
+from trainer_module import hparams
+from trainer_module import scaling
+
+MODELS = ("deepfm", "wdl", "dcn", "dcnv2", "lr")
+DEFAULT_MODEL = "deepfm"
+# The baseline architecture: no embeddings wider than 1, no interactions.
+LOGISTIC_REGRESSION = "lr"
+# Keras dtype policies of the DNN and cross layers (see ModelOptions).
+PRECISIONS = ("float32", "mixed_bfloat16")
+# How embedding rows are updated (training.py's module doc).
+EMBEDDING_UPDATES = ("dense", "sparse")
+DEFAULT_EMBEDDING_UPDATE = "dense"
+# CowClip's threshold formulas (cowclip.py's module doc).
+COWCLIP_VARIANTS = ("paper", "reference")
+DEFAULT_COWCLIP_VARIANT = "paper"
+# The batch size of a run when none is given: the paper's base batch size.
+DEFAULT_BATCH_SIZE = 1024
+# Training runs at most this many epochs; early stopping on a validation
+# slice of the train split ends it sooner and keeps the best epoch.
+DEFAULT_EPOCHS = 10
+# Id-frequency slice: an example's typical training-set id count (geometric
+# mean over its fields, or the count in one field) below the first threshold
+# is "rare", below the second "medium", else "frequent".
+ALL_FIELDS = "all"
+DEFAULT_FREQUENCY_THRESHOLDS = (100, 10000)
+# KerasTuner search algorithms (trainer_module.tuner.TUNER_CLASSES).
+TUNERS = ("random", "bayesian", "hyperband")
+DEFAULT_TUNER = "random"
+DEFAULT_TRIALS = 10
+
+
+def _check_positive_int(name: str, value) -> None:
+  if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+    raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _check_choice(name: str, value: Any, choices: Tuple[str, ...]) -> None:
+  if value not in choices:
+    raise ValueError(f"unknown {name} {value!r}; choose one of {choices}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelOptions:
+  """Architecture hyperparameters (defaults: the CowClip reference).
+
+  Attributes:
+    embedding_dim: d, the size of every field embedding.
+    hidden_units: DNN layer sizes (ReLU, no dropout: large-batch CTR
+      training does not overfit within its 10 epochs, and the reference runs
+      with dropout 0).
+    cross_layers: number of cross layers of DCN and DCN-V2.
+    dcnv2_low_rank: None for DCN-V2's full-matrix cross layers; an int r for
+      its mixture of low-rank experts (the reference used r=32, 4 experts).
+    dcnv2_experts: number of low-rank experts when dcnv2_low_rank is set.
+    embedding_stddev: std of the N(0, s) init of the deep embedding tables.
+      1e-2 for CowClip runs (the paper's setting: the clipping threshold is
+      relative to the row norm, and tiny rows would be stuck at the zeta
+      floor); 1e-4 is the classic DeepCTR baseline.
+    dense_initializer: kernel initializer of the DNN, cross layers and the
+      output layer. glorot_normal, as in DeepCTR/the reference, so the
+      paper's learning rates keep their meaning; He init (he_normal) would
+      suit the ReLU stack in theory but gives 2x larger initial activations
+      than the setting the scaled hyperparameters were tuned for.
+    precision: dtype policy of the DNN and cross layers, the matrix
+      products. "mixed_bfloat16" computes them in bfloat16 with float32
+      weights (Keras mixed precision), so their gradients, the embedding
+      tables, the FM term, the logit, CowClip and the L2 term stay float32
+      (bf16 keeps float32's exponent range: no loss scaling, zeta keeps its
+      meaning). The same code runs on a GPU. Whether it is faster depends on
+      the hardware (bf16 matrix units); see docs/benchmark.md.
+  """
+  embedding_dim: int = 10
+  hidden_units: Tuple[int, ...] = (400, 400, 400)
+  cross_layers: int = 3
+  dcnv2_low_rank: Optional[int] = None
+  dcnv2_experts: int = 4
+  embedding_stddev: float = 1e-2
+  dense_initializer: str = "glorot_normal"
+  precision: str = "float32"
+
+  def __post_init__(self):
+    # Accept lists (e.g. from a JSON config) but keep the dataclass hashable.
+    object.__setattr__(self, "hidden_units", tuple(self.hidden_units))
+    for name in ("embedding_dim", "cross_layers", "dcnv2_experts"):
+      _check_positive_int(f"ModelOptions.{name}", getattr(self, name))
+    if not self.hidden_units:
+      raise ValueError("ModelOptions.hidden_units must not be empty")
+    for units in self.hidden_units:
+      _check_positive_int("ModelOptions.hidden_units entry", units)
+    if self.dcnv2_low_rank is not None:
+      _check_positive_int("ModelOptions.dcnv2_low_rank", self.dcnv2_low_rank)
+    if not self.embedding_stddev > 0:
+      raise ValueError("ModelOptions.embedding_stddev must be > 0, got "
+                       f"{self.embedding_stddev!r}")
+    if self.dense_initializer != ModelOptions.dense_initializer:
+      # Keras knows its initializers' names; it is loaded only to check one
+      # that is not the default (no flag sets it).
+      import keras  # pylint: disable=g-import-not-at-top
+      keras.initializers.get(self.dense_initializer)  # Fails if unknown.
+    if self.precision not in PRECISIONS:
+      raise ValueError(f"ModelOptions.precision must be one of {PRECISIONS}, "
+                       f"got {self.precision!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerSettings:
+  """How the Trainer trains: the typed form of its custom_config.
+
+  Attributes:
+    dataset: 'criteo' or 'avazu' (features.DATASETS).
+    model: one of MODELS.
+    batch_size: training batch size; the scaling rule maps the base
+      hyperparameters from base_batch_size to it.
+    epochs: the most training epochs (early stopping ends sooner).
+    scaling_rule: one of scaling.RULES.
+    cowclip: clip the deep embedding gradients with CowClip.
+    base_hparams: the base hyperparameters (hparams.NAMES) at
+      base_batch_size, before the data-size derivation (None: the
+      dataset's published ones).
+    auto_hparams: the members of scaling.AUTO_KEYS derived from the
+      training rows (scaling.auto_base_hparams) unless tuned.
+    embedding_update: one of EMBEDDING_UPDATES.
+    cowclip_variant: one of COWCLIP_VARIANTS.
+    model_options: the architecture.
+    frequency_field: ALL_FIELDS or one categorical feature: what the
+      exported model's id-frequency slice buckets examples by.
+    frequency_thresholds: (rare/medium, medium/frequent) training counts.
+    code: fingerprint of trainer_module's sources (a changed model must
+      rerun the Trainer: TFX caches by config, not by code).
+    base_batch_size: the batch size base_hparams are for (None: the
+      dataset's).
+    reference_examples: training rows the published values assume (None:
+      the dataset's).
+  """
+  dataset: str
+  model: str = DEFAULT_MODEL
+  batch_size: int = DEFAULT_BATCH_SIZE
+  epochs: int = DEFAULT_EPOCHS
+  scaling_rule: str = scaling.DEFAULT_RULE
+  cowclip: bool = True
+  base_hparams: Optional[Mapping[str, float]] = None
+  auto_hparams: Tuple[str, ...] = scaling.AUTO_KEYS
+  embedding_update: str = DEFAULT_EMBEDDING_UPDATE
+  cowclip_variant: str = DEFAULT_COWCLIP_VARIANT
+  model_options: ModelOptions = ModelOptions()
+  frequency_field: str = ALL_FIELDS
+  frequency_thresholds: Tuple[int, int] = DEFAULT_FREQUENCY_THRESHOLDS
+  code: str = ""
+  base_batch_size: Optional[int] = None
+  reference_examples: Optional[int] = None
+
+  def __post_init__(self):
+    spec = features.get_spec(self.dataset)  # Fails on an unknown dataset.
+    fill = object.__setattr__  # Frozen: normalise once, here.
+    fill(self, "base_hparams", hparams.check_values(
+        spec.base_hparams if self.base_hparams is None
+        else self.base_hparams, "base_hparams"))
+    if self.base_batch_size is None:
+      fill(self, "base_batch_size", spec.base_batch_size)
+    if self.reference_examples is None:
+      fill(self, "reference_examples", spec.reference_examples)
+    if isinstance(self.model_options, Mapping):
+      fill(self, "model_options", ModelOptions(**self.model_options))
+    fill(self, "auto_hparams", tuple(self.auto_hparams))
+    fill(self, "frequency_thresholds", tuple(self.frequency_thresholds))
+    _check_choice("model", self.model, MODELS)
+    _check_choice("scaling rule", self.scaling_rule, scaling.RULES)
+    _check_choice("embedding_update", self.embedding_update,
+                  EMBEDDING_UPDATES)
+    _check_choice("CowClip variant", self.cowclip_variant, COWCLIP_VARIANTS)
+    for name in ("batch_size", "epochs", "base_batch_size",
+                 "reference_examples"):
+      _check_positive_int(name, getattr(self, name))
+    unknown = sorted(set(self.auto_hparams) - set(scaling.AUTO_KEYS))
+    if unknown:
+      raise ValueError(f"cannot derive {unknown} from the data size; auto "
+                       f"keys are {scaling.AUTO_KEYS}")
+    if self.frequency_field not in (ALL_FIELDS,) + spec.categorical_features:
+      raise ValueError(f"frequency field {self.frequency_field!r} is not "
+                       f"'{ALL_FIELDS}' or a categorical feature of "
+                       f"{self.dataset}")
+    rare, frequent = self.frequency_thresholds
+    if not 0 < rare < frequent:
+      raise ValueError("frequency thresholds must be 0 < rare < frequent, "
+                       f"got {self.frequency_thresholds}")
+
+  @property
+  def spec(self) -> features.DatasetSpec:
+    return features.get_spec(self.dataset)
+
+  def to_custom_config(self) -> Dict[str, Any]:
+    """The Trainer's custom_config (JSON values)."""
+    config = dataclasses.asdict(self)
+    config.update(base_hparams=dict(self.base_hparams),
+                  auto_hparams=list(self.auto_hparams),
+                  frequency_thresholds=list(self.frequency_thresholds),
+                  model_options=_json_options(self.model_options))
+    return config
+
+  @classmethod
+  def from_custom_config(cls, config: Mapping[str, Any]) -> "TrainerSettings":
+    """The settings of a custom_config (to_custom_config's, or the Tuner's,
+    whose "tuning" entry is left to TuningSettings)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(config) - names - {TuningSettings.KEY})
+    if unknown:
+      raise ValueError(f"the Trainer's custom_config has unknown keys "
+                       f"{unknown}; known: {sorted(names)}")
+    return cls(**{k: v for k, v in config.items() if k in names})
+
+
+def _json_options(options: ModelOptions) -> Dict[str, Any]:
+  """ModelOptions as JSON values: only the fields that differ from the
+  defaults (what the user set), tuples as lists."""
+  default = ModelOptions()
+  return {f.name: (list(v) if isinstance(v, tuple) else v)
+          for f in dataclasses.fields(options)
+          if (v := getattr(options, f.name)) != getattr(default, f.name)}
+
+
+@dataclasses.dataclass(frozen=True)
+class TuningSettings:
+  """The Tuner's search: custom_config["tuning"] of the CtrTuner.
+
+  Attributes:
+    tuner: one of TUNERS.
+    trials: the trial budget.
+    search_space: bounds replacing the default ones, by name (see
+      trainer_module.search_space: [low, high], choices, or a fixed value).
+    tune_model_size: also search embedding_dim, dnn_units and dnn_layers.
+  """
+  KEY = "tuning"
+
+  tuner: str = DEFAULT_TUNER
+  trials: int = DEFAULT_TRIALS
+  search_space: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  tune_model_size: bool = False
+
+  def __post_init__(self):
+    if self.tuner not in TUNERS:
+      raise ValueError(f"unknown tuner {self.tuner!r}; choose from {TUNERS}")
+    if (isinstance(self.trials, bool) or
+        not isinstance(self.trials, numbers.Integral) or self.trials <= 0):
+      raise ValueError(f"trials must be positive, got {self.trials}")
+    object.__setattr__(self, "search_space", dict(self.search_space))
+
+  def to_custom_config(self, trainer: TrainerSettings) -> Dict[str, Any]:
+    """The Tuner's custom_config: the Trainer's plus these settings."""
+    return {**trainer.to_custom_config(),
+            self.KEY: dataclasses.asdict(self)}
+
+  @classmethod
+  def from_custom_config(cls, config: Mapping[str, Any]) -> "TuningSettings":
+    if cls.KEY not in config:
+      raise ValueError(f"the Tuner's custom_config has no {cls.KEY!r} entry")
+    return cls(**config[cls.KEY])
+
