@@ -21,6 +21,7 @@ from typing import Any, Dict, List, Optional
 
 from trainer_module import features
 from trainer_module import hparams
+from trainer_module import settings
 
 EXIT_FAILED = 1
 EXIT_NOT_PUSHED = 3
@@ -54,17 +55,15 @@ def add_input_arguments(parser: argparse.ArgumentParser,
 
 
 def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
-  from trainer_module import models
   from trainer_module import scaling
-  from trainer_module import cowclip
-  from trainer_module import training
   from pipeline import config as config_lib
   add_input_arguments(parser, "DIR for the pipeline root, metadata.sqlite and "
                       "serving/<version>/ (re-use it to reuse cached results)")
-  parser.add_argument("--model", default="deepfm", choices=models.MODELS)
-  parser.add_argument("--batch-size", type=int, default=1024)
-  parser.add_argument("--epochs", type=int,
-                      default=config_lib.DEFAULT_EPOCHS,
+  parser.add_argument("--model", default=settings.DEFAULT_MODEL,
+                      choices=settings.MODELS)
+  parser.add_argument("--batch-size", type=int,
+                      default=settings.DEFAULT_BATCH_SIZE)
+  parser.add_argument("--epochs", type=int, default=settings.DEFAULT_EPOCHS,
                       help="most training epochs; early stopping on a "
                       "validation slice of the train split ends sooner and "
                       "keeps the best epoch")
@@ -119,20 +118,22 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
                       "the evaluation by (default: per dataset)")
   parser.add_argument("--min-slice-size", type=int,
                       default=config_lib.DEFAULT_MIN_SLICE_SIZE)
-  parser.add_argument("--frequency-field", default="all",
+  parser.add_argument("--frequency-field", default=settings.ALL_FIELDS,
                       help="'all' or one categorical feature: what the "
                       "id-frequency slice buckets examples by")
   parser.add_argument("--frequency-thresholds", type=_ints, default=None,
                       metavar="RARE,FREQUENT", help="training-count "
                       "boundaries of the rare/medium/frequent buckets "
                       "(default "
-                      f"{','.join(map(str, config_lib.DEFAULT_FREQUENCY_THRESHOLDS))})")
-  parser.add_argument("--embedding-update", default="dense",
-                      choices=training.EMBEDDING_UPDATES,
+                      f"{','.join(map(str, settings.DEFAULT_FREQUENCY_THRESHOLDS))})")
+  parser.add_argument("--embedding-update",
+                      default=settings.DEFAULT_EMBEDDING_UPDATE,
+                      choices=settings.EMBEDDING_UPDATES,
                       help="dense: L2 and Adam on every row every step (the "
                       "paper); sparse: only rows of ids in the batch")
-  parser.add_argument("--cowclip-variant", default="paper",
-                      choices=cowclip.VARIANTS,
+  parser.add_argument("--cowclip-variant",
+                      default=settings.DEFAULT_COWCLIP_VARIANT,
+                      choices=settings.COWCLIP_VARIANTS,
                       help="paper: cnt*max(r*||w||, zeta); reference: the "
                       "authors' code, cnt*r*max(||w||, r*sqrt(d)*zeta)")
   parser.add_argument("--embedding-dim", type=int, default=None)
@@ -141,7 +142,7 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
   parser.add_argument("--cross-layers", type=int, default=None)
   parser.add_argument("--dcnv2-low-rank", type=int, default=None,
                       help="DCNv2 mixture of low-rank experts of this rank")
-  parser.add_argument("--precision", default=None, choices=models.PRECISIONS,
+  parser.add_argument("--precision", default=None, choices=settings.PRECISIONS,
                       help="dtype policy of the DNN/cross layers (default "
                       "float32; mixed_bfloat16 pays only with bf16 matrix "
                       "units, see docs/benchmark.md)")
@@ -170,7 +171,6 @@ def hparam_overrides(args: argparse.Namespace) -> Dict[str, float]:
 
 
 def _add_tuning_arguments(parser: argparse.ArgumentParser) -> None:
-  from trainer_module import tuner
   tuning = parser.add_argument_group(
       "tuning", "KerasTuner search over the BASE hyperparameters (at the "
       "base batch size); trials train at --batch-size with the scaling rule")
@@ -178,9 +178,10 @@ def _add_tuning_arguments(parser: argparse.ArgumentParser) -> None:
                       help="insert the Tuner before the Trainer, which then "
                       "trains with the best values")
   tuning.add_argument("--trials", type=int, default=None,
-                      help="trial budget (default 10)")
-  tuning.add_argument("--tuner", default=None, choices=tuner.TUNERS,
-                      help="search algorithm (default random)")
+                      help=f"trial budget (default {settings.DEFAULT_TRIALS})")
+  tuning.add_argument("--tuner", default=None, choices=settings.TUNERS,
+                      help=f"search algorithm (default "
+                      f"{settings.DEFAULT_TUNER})")
   tuning.add_argument("--search-space", metavar="FILE.json", default=None,
                       help='bounds replacing the defaults, e.g. {"dense_lr": '
                       '[1e-4, 1e-2], "r": 1.0}: [low, high], choices for '
@@ -229,17 +230,17 @@ def _tuning_settings(args: argparse.Namespace) -> Dict[str, Any]:
   Reads and checks the --search-space file and the --hparams-from PATH,
   so their errors name them.
   """
-  settings = {}
+  fields = {}
   if args.tuning_job or args.tune:
     from trainer_module import tuner
-    settings.update(tune=True, stop_after_tuner=args.tuning_job,
-                    tune_model_size=args.tune_model_size)
+    fields.update(tune=True, stop_after_tuner=args.tuning_job,
+                  tune_model_size=args.tune_model_size)
     if args.trials is not None:
-      settings["trials"] = args.trials
+      fields["trials"] = args.trials
     if args.tuner is not None:
-      settings["tuner"] = args.tuner
+      fields["tuner"] = args.tuner
     if args.search_space:
-      settings["search_space"] = tuner.load_search_space(
+      fields["search_space"] = tuner.load_search_space(
           args.search_space, args.dataset, args.tune_model_size)
   else:
     given = [flag for flag, value in (
@@ -250,9 +251,9 @@ def _tuning_settings(args: argparse.Namespace) -> Dict[str, Any]:
       raise ValueError(f"{', '.join(given)} only apply with --tune")
   if args.hparams_from:
     from commands import tune
-    settings["hparams_from"] = tune.resolve_hparams_dir(args.hparams_from,
-                                                        args.dataset)
-  return settings
+    fields["hparams_from"] = tune.resolve_hparams_dir(args.hparams_from,
+                                                      args.dataset)
+  return fields
 
 
 def root_cause(error: BaseException) -> BaseException:

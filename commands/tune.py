@@ -192,7 +192,7 @@ def write_results(config: PipelineConfig, best_hparams_dir: str,
   values = check_best_hyperparameters(best_file)
   completed = [r for r in rows if r["status"] == "COMPLETED"]
   best = max(completed, key=lambda r: r[contract.OBJECTIVE])
-  record = trainer.training_hparams(config.trainer_config, values)
+  record = trainer.training_hparams(config.trainer_settings, values)
   summary = {
       "dataset": config.dataset, "model": config.model,
       "tuner": config.tuner, "trials": len(rows),

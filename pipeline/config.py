@@ -6,11 +6,16 @@ turns it into TFX components. Defaults that depend on the dataset come from
 """
 
 import dataclasses
+import functools
 import hashlib
 import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from trainer_module import features
+from trainer_module import hparams
+from trainer_module import scaling
+from trainer_module import search_space as search_space_lib
+from trainer_module import settings
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCHEMA_ROOT = os.path.join(REPO_ROOT, "schema")
@@ -47,19 +52,12 @@ DEFAULT_MAX_AUC_DROP = 0.001
 DEFAULT_MAX_LOGLOSS_INCREASE = 0.001
 # Slices smaller than this are not reported (noise, and privacy).
 DEFAULT_MIN_SLICE_SIZE = 100
-# Id-frequency slice: an example's typical training-set id count (geometric
-# mean over its fields, or the count in one field) below the first threshold
-# is "rare", below the second "medium", else "frequent".
-DEFAULT_FREQUENCY_THRESHOLDS = (100, 10000)
 # The logistic-regression check of the gate: the model's overall AUC may be
 # below the logistic-regression baseline's (trained beside it on the same
 # features) by at most this much. 0.001 is the AUC loss CTR teams treat as
 # real (DEFAULT_MAX_AUC_DROP); a model that does not beat a linear one by
 # that margin is not worth serving.
 DEFAULT_MAX_AUC_BELOW_LR = 0.001
-# Training runs at most this many epochs; early stopping on a validation
-# slice of the train split ends it sooner and keeps the best epoch.
-DEFAULT_EPOCHS = 10
 # Bytes read from the head of the data to estimate its row count.
 _ROW_ESTIMATE_SAMPLE_BYTES = 1 << 20
 
@@ -152,18 +150,18 @@ class PipelineConfig:
   dataset: str
   data: str
   output: str
-  model: str = "deepfm"
-  batch_size: int = 1024
-  epochs: int = DEFAULT_EPOCHS
+  model: str = settings.DEFAULT_MODEL
+  batch_size: int = settings.DEFAULT_BATCH_SIZE
+  epochs: int = settings.DEFAULT_EPOCHS
   runner: str = "beam"
-  scaling_rule: str = "cowclip"
+  scaling_rule: str = scaling.DEFAULT_RULE
   cowclip: bool = True
   hparams: Mapping[str, float] = dataclasses.field(default_factory=dict)
   auto_hparams: bool = True
   min_frequency: Optional[int] = None
   eval_fraction: Optional[float] = None
   split: str = "hash"
-  max_bad_fraction: float = 0.001
+  max_bad_fraction: float = features.DEFAULT_MAX_BAD_FRACTION
   min_auc: float = DEFAULT_MIN_AUC
   calibration_band: Tuple[float, float] = DEFAULT_CALIBRATION_BAND
   max_auc_drop: float = DEFAULT_MAX_AUC_DROP
@@ -171,10 +169,11 @@ class PipelineConfig:
   max_auc_below_lr: Optional[float] = DEFAULT_MAX_AUC_BELOW_LR
   slice_features: Optional[Tuple[str, ...]] = None
   min_slice_size: int = DEFAULT_MIN_SLICE_SIZE
-  frequency_field: str = "all"
-  frequency_thresholds: Tuple[int, int] = DEFAULT_FREQUENCY_THRESHOLDS
-  embedding_update: str = "dense"
-  cowclip_variant: str = "paper"
+  frequency_field: str = settings.ALL_FIELDS
+  frequency_thresholds: Tuple[int, int] = (
+      settings.DEFAULT_FREQUENCY_THRESHOLDS)
+  embedding_update: str = settings.DEFAULT_EMBEDDING_UPDATE
+  cowclip_variant: str = settings.DEFAULT_COWCLIP_VARIANT
   model_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   beam_args: Tuple[str, ...] = DIRECT_BEAM_ARGS
   schema_root: str = SCHEMA_ROOT
@@ -182,8 +181,8 @@ class PipelineConfig:
   trainer_gpus: int = 0
   trainer_accelerator: str = DEFAULT_ACCELERATOR
   tune: bool = False
-  trials: int = 10
-  tuner: str = "random"
+  trials: int = settings.DEFAULT_TRIALS
+  tuner: str = settings.DEFAULT_TUNER
   search_space: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   tune_model_size: bool = False
   hparams_from: Optional[str] = None
@@ -195,8 +194,6 @@ class PipelineConfig:
       raise ValueError(f"unknown runner {self.runner!r}; choose from {RUNNERS}")
     if self.split not in SPLITS:
       raise ValueError(f"unknown split {self.split!r}; choose from {SPLITS}")
-    if self.batch_size <= 0 or self.epochs <= 0:
-      raise ValueError("batch size and epochs must be positive")
     if self.trainer_gpus < 0:
       raise ValueError(f"trainer_gpus must be >= 0, got {self.trainer_gpus}")
     if self.trainer_gpus and not self.trainer_accelerator:
@@ -209,29 +206,13 @@ class PipelineConfig:
     if not 0 < low < 1 < high:
       raise ValueError(f"calibration band must be (low < 1 < high), got "
                        f"{self.calibration_band}")
-    rare, frequent = self.frequency_thresholds
-    if not 0 < rare < frequent:
-      raise ValueError("frequency thresholds must be 0 < rare < frequent, "
-                       f"got {self.frequency_thresholds}")
-    if self.frequency_field not in ("all",) + self.spec.categorical_features:
-      raise ValueError(f"frequency field {self.frequency_field!r} is not "
-                       f"'all' or a categorical feature of {self.dataset}")
     bad_slices = set(self.eval_slice_features) - set(
         self.spec.int_categorical + self.spec.str_categorical)
     if bad_slices:
       raise ValueError(f"cannot slice by {sorted(bad_slices)}: not raw "
                        f"categorical features of {self.dataset}")
-    # pylint: disable=g-import-not-at-top
-    from trainer_module import models  # TensorFlow: only when validating.
-    from trainer_module import training
-    models.ModelOptions(**self.model_options)
-    training.TrainingConfig(**self.base_hparams, steps_per_epoch=1,
-                            embedding_update=self.embedding_update,
-                            cowclip_variant=self.cowclip_variant)
-    unknown = set(self.hparams) - set(self.spec.base_hparams)
-    if unknown:
-      raise ValueError(f"unknown hyperparameters {sorted(unknown)}; known: "
-                       f"{sorted(self.spec.base_hparams)}")
+    hparams.check_overrides(self.hparams)
+    self.trainer_settings  # pylint: disable=pointless-statement
     self._check_tuning()
 
   def _check_tuning(self) -> None:
@@ -247,21 +228,15 @@ class PipelineConfig:
                          "(--tune-model-size) are only used with tune "
                          "(--tune)")
       return
-    if self.trials <= 0:
-      raise ValueError(f"trials must be positive, got {self.trials}")
     if self.hparams:
       raise ValueError(f"hyperparameter overrides {sorted(self.hparams)} "
                        "conflict with tune: the Tuner picks every base value; "
                        "fix one in the search space instead, e.g. "
                        '{"r": 1.0}')
-    # Imported only when tuning: it loads TensorFlow and KerasTuner.
-    # pylint: disable-next=g-import-not-at-top
-    from trainer_module import tuner as tuner_lib
-    if self.tuner not in tuner_lib.TUNERS:
-      raise ValueError(f"unknown tuner {self.tuner!r}; choose from "
-                       f"{tuner_lib.TUNERS}")
-    tuner_lib.search_space(self.dataset, self.search_space,
-                           self.tune_model_size, source="search_space")
+    search_space_lib.search_space(
+        self.dataset, self.tuning_settings.search_space,
+        self.tune_model_size, source="search_space",
+        model_options=self.trainer_settings.model_options)
 
   @property
   def spec(self) -> features.DatasetSpec:
@@ -321,39 +296,44 @@ class PipelineConfig:
   @property
   def auto_hparam_keys(self) -> List[str]:
     """The base hyperparameters run_fn derives from the data size."""
-    # pylint: disable-next=g-import-not-at-top
-    from trainer_module import scaling  # No TensorFlow.
     if not self.auto_hparams:
       return []
     return [k for k in scaling.AUTO_KEYS if k not in self.hparams]
 
+  @functools.cached_property
+  def trainer_settings(self) -> settings.TrainerSettings:
+    """The Trainer's settings (validated when the config is made); the code
+    fingerprint is added by trainer_config, when the component is made."""
+    return settings.TrainerSettings(
+        dataset=self.dataset, model=self.model, batch_size=self.batch_size,
+        epochs=self.epochs, scaling_rule=self.scaling_rule,
+        cowclip=self.cowclip, base_hparams=self.base_hparams,
+        auto_hparams=tuple(self.auto_hparam_keys),
+        embedding_update=self.embedding_update,
+        cowclip_variant=self.cowclip_variant,
+        model_options=self.model_options,
+        frequency_field=self.frequency_field,
+        frequency_thresholds=self.frequency_thresholds)
+
+  @functools.cached_property
+  def tuning_settings(self) -> settings.TuningSettings:
+    """The Tuner's search settings (used with tune)."""
+    return settings.TuningSettings(
+        tuner=self.tuner, trials=self.trials,
+        search_space=self.search_space,
+        tune_model_size=self.tune_model_size)
+
   @property
   def trainer_config(self) -> Dict[str, object]:
     """custom_config of the Trainer: recorded in ML Metadata with the run."""
-    return {"dataset": self.dataset,
-            "code": code_fingerprint(),
-            "model": self.model,
-            "batch_size": self.batch_size,
-            "epochs": self.epochs,
-            "scaling_rule": self.scaling_rule,
-            "cowclip": self.cowclip,
-            "base_batch_size": self.spec.base_batch_size,
-            "base_hparams": self.base_hparams,
-            "auto_hparams": self.auto_hparam_keys,
-            "reference_examples": self.spec.reference_examples,
-            "embedding_update": self.embedding_update,
-            "cowclip_variant": self.cowclip_variant,
-            "model_options": dict(self.model_options),
-            "frequency_field": self.frequency_field,
-            "frequency_thresholds": list(self.frequency_thresholds)}
+    return dataclasses.replace(self.trainer_settings,
+                               code=code_fingerprint()).to_custom_config()
 
   @property
   def tuner_config(self) -> Dict[str, object]:
     """custom_config of the Tuner: the Trainer's plus the search settings."""
-    return {**self.trainer_config,
-            "tuning": {"tuner": self.tuner, "trials": self.trials,
-                       "search_space": dict(self.search_space),
-                       "tune_model_size": self.tune_model_size}}
+    return self.tuning_settings.to_custom_config(dataclasses.replace(
+        self.trainer_settings, code=code_fingerprint()))
 
 
 def estimate_rows(data: str) -> Optional[int]:

@@ -64,7 +64,9 @@ from typing import NamedTuple, Optional, Union
 
 import tensorflow as tf
 
-VARIANTS = ("paper", "reference")
+from trainer_module import settings
+
+VARIANTS = settings.COWCLIP_VARIANTS
 
 Gradient = Union[tf.Tensor, tf.IndexedSlices]
 

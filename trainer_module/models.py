@@ -39,77 +39,15 @@ import keras
 from keras import ops
 import tensorflow as tf
 
+from trainer_module import settings
 from trainer_module import training
 
-MODELS = ("deepfm", "wdl", "dcn", "dcnv2", "lr")
-# The baseline architecture: no embeddings wider than 1, no interactions.
-LOGISTIC_REGRESSION = "lr"
-# Keras dtype policies of the DNN and cross layers (see ModelOptions).
-PRECISIONS = ("float32", "mixed_bfloat16")
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelOptions:
-  """Architecture hyperparameters (defaults: the CowClip reference).
-
-  Attributes:
-    embedding_dim: d, the size of every field embedding.
-    hidden_units: DNN layer sizes (ReLU, no dropout: large-batch CTR
-      training does not overfit within its 10 epochs, and the reference runs
-      with dropout 0).
-    cross_layers: number of cross layers of DCN and DCN-V2.
-    dcnv2_low_rank: None for DCN-V2's full-matrix cross layers; an int r for
-      its mixture of low-rank experts (the reference used r=32, 4 experts).
-    dcnv2_experts: number of low-rank experts when dcnv2_low_rank is set.
-    embedding_stddev: std of the N(0, s) init of the deep embedding tables.
-      1e-2 for CowClip runs (the paper's setting: the clipping threshold is
-      relative to the row norm, and tiny rows would be stuck at the zeta
-      floor); 1e-4 is the classic DeepCTR baseline.
-    dense_initializer: kernel initializer of the DNN, cross layers and the
-      output layer. glorot_normal, as in DeepCTR/the reference, so the
-      paper's learning rates keep their meaning; He init (he_normal) would
-      suit the ReLU stack in theory but gives 2x larger initial activations
-      than the setting the scaled hyperparameters were tuned for.
-    precision: dtype policy of the DNN and cross layers, the matrix
-      products. "mixed_bfloat16" computes them in bfloat16 with float32
-      weights (Keras mixed precision), so their gradients, the embedding
-      tables, the FM term, the logit, CowClip and the L2 term stay float32
-      (bf16 keeps float32's exponent range: no loss scaling, zeta keeps its
-      meaning). The same code runs on a GPU. Whether it is faster depends on
-      the hardware (bf16 matrix units); see docs/benchmark.md.
-  """
-  embedding_dim: int = 10
-  hidden_units: Tuple[int, ...] = (400, 400, 400)
-  cross_layers: int = 3
-  dcnv2_low_rank: Optional[int] = None
-  dcnv2_experts: int = 4
-  embedding_stddev: float = 1e-2
-  dense_initializer: str = "glorot_normal"
-  precision: str = "float32"
-
-  def __post_init__(self):
-    # Accept lists (e.g. from a JSON config) but keep the dataclass hashable.
-    object.__setattr__(self, "hidden_units", tuple(self.hidden_units))
-    for name in ("embedding_dim", "cross_layers", "dcnv2_experts"):
-      _check_positive_int(f"ModelOptions.{name}", getattr(self, name))
-    if not self.hidden_units:
-      raise ValueError("ModelOptions.hidden_units must not be empty")
-    for units in self.hidden_units:
-      _check_positive_int("ModelOptions.hidden_units entry", units)
-    if self.dcnv2_low_rank is not None:
-      _check_positive_int("ModelOptions.dcnv2_low_rank", self.dcnv2_low_rank)
-    if not self.embedding_stddev > 0:
-      raise ValueError("ModelOptions.embedding_stddev must be > 0, got "
-                       f"{self.embedding_stddev!r}")
-    keras.initializers.get(self.dense_initializer)  # Fails early if unknown.
-    if self.precision not in PRECISIONS:
-      raise ValueError(f"ModelOptions.precision must be one of {PRECISIONS}, "
-                       f"got {self.precision!r}")
-
-
-def _check_positive_int(name: str, value) -> None:
-  if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-    raise ValueError(f"{name} must be a positive integer, got {value!r}")
+# The model names, the baseline's and the precisions are the settings'
+# (trainer_module.settings, no TensorFlow): ModelOptions lives there too.
+MODELS = settings.MODELS
+LOGISTIC_REGRESSION = settings.LOGISTIC_REGRESSION
+PRECISIONS = settings.PRECISIONS
+ModelOptions = settings.ModelOptions
 
 
 @keras.saving.register_keras_serializable(package="cowclip_ctr")
@@ -261,7 +199,7 @@ class CTRModel(training.CowClipTrainer, keras.Model):
     if not vocab_sizes:
       raise ValueError("a CTR model needs at least one categorical feature")
     for field, size in vocab_sizes.items():
-      _check_positive_int(f"vocabulary size of feature {field!r}", size)
+      settings.check_positive_int(f"vocabulary size of feature {field!r}", size)
     overlap = sorted(set(vocab_sizes) & set(dense_features))
     if overlap:
       raise ValueError(f"features {overlap} are both categorical and dense")

@@ -51,7 +51,7 @@ DEFAULT_TUNER = "random"
 DEFAULT_TRIALS = 10
 
 
-def _check_positive_int(name: str, value) -> None:
+def check_positive_int(name: str, value) -> None:
   if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
     raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
@@ -104,13 +104,13 @@ class ModelOptions:
     # Accept lists (e.g. from a JSON config) but keep the dataclass hashable.
     object.__setattr__(self, "hidden_units", tuple(self.hidden_units))
     for name in ("embedding_dim", "cross_layers", "dcnv2_experts"):
-      _check_positive_int(f"ModelOptions.{name}", getattr(self, name))
+      check_positive_int(f"ModelOptions.{name}", getattr(self, name))
     if not self.hidden_units:
       raise ValueError("ModelOptions.hidden_units must not be empty")
     for units in self.hidden_units:
-      _check_positive_int("ModelOptions.hidden_units entry", units)
+      check_positive_int("ModelOptions.hidden_units entry", units)
     if self.dcnv2_low_rank is not None:
-      _check_positive_int("ModelOptions.dcnv2_low_rank", self.dcnv2_low_rank)
+      check_positive_int("ModelOptions.dcnv2_low_rank", self.dcnv2_low_rank)
     if not self.embedding_stddev > 0:
       raise ValueError("ModelOptions.embedding_stddev must be > 0, got "
                        f"{self.embedding_stddev!r}")
@@ -192,7 +192,7 @@ class TrainerSettings:
     _check_choice("CowClip variant", self.cowclip_variant, COWCLIP_VARIANTS)
     for name in ("batch_size", "epochs", "base_batch_size",
                  "reference_examples"):
-      _check_positive_int(name, getattr(self, name))
+      check_positive_int(name, getattr(self, name))
     unknown = sorted(set(self.auto_hparams) - set(scaling.AUTO_KEYS))
     if unknown:
       raise ValueError(f"cannot derive {unknown} from the data size; auto "

@@ -1,10 +1,14 @@
-"""TFX Trainer entry point: `run_fn`, the input pipeline and the export.
+"""TFX Trainer entry point: `run_fn`, `train`, the input pipeline, the export.
 
-run_fn composes the pure parts (scaling rule, models, CowClip training
-step) and does the I/O: it reads the Transform output with tf.data, trains,
-records the hyperparameters actually used, and exports a SavedModel whose
-`serving_default` signature takes serialized RAW tf.Examples (the Transform
-graph is attached) and returns the click probability.
+`train` is the one training path (run_fn, the tuner's trials, the study and
+the benchmark call it): it composes the pure parts (scaling rule, models,
+CowClip training step) on the Transform output read with tf.data. run_fn
+reads the typed settings from the Trainer's custom_config
+(settings.TrainerSettings), trains the model and its logistic-regression
+baseline, records the hyperparameters actually used, and exports a
+SavedModel whose `serving_default` signature takes serialized RAW
+tf.Examples (the Transform graph is attached) and returns the click
+probability.
 """
 
 import dataclasses
@@ -22,10 +26,12 @@ import tensorflow_transform as tft
 
 from trainer_module import contract
 from trainer_module import features
+from trainer_module import hparams
 from trainer_module import models
 from trainer_module import preprocessing
 from trainer_module import scaling
 from trainer_module import training
+from trainer_module.settings import TrainerSettings
 
 # The validation slice of early stopping: records of the TRAIN split whose
 # hash (of the serialized record) falls in the first buckets of
@@ -211,50 +217,47 @@ class ServingModule(tf.Module):
 
 def export_serving_model(model: keras.Model, baseline: keras.Model,
                          tf_transform_output: tft.TFTransformOutput,
-                         config: Mapping[str, Any], export_dir: str) -> None:
+                         settings: TrainerSettings, export_dir: str) -> None:
   """Saves the model and its logistic-regression baseline with the
   Transform graph as a SavedModel."""
-  module = ServingModule(model, baseline, tf_transform_output,
-                         features.get_spec(config["dataset"]),
-                         config["frequency_field"],
-                         config["frequency_thresholds"])
+  module = ServingModule(model, baseline, tf_transform_output, settings.spec,
+                         settings.frequency_field,
+                         settings.frequency_thresholds)
   tf.saved_model.save(module, export_dir, signatures={
       "serving_default": module.serve,
       contract.SLICING_SIGNATURE: module.slicing_features})
 
 
-def training_hparams(custom_config: Mapping[str, Any],
-                     tuned: Mapping[str, float],
+def training_hparams(settings: TrainerSettings, tuned: Mapping[str, float],
                      train_examples: Optional[int] = None) -> Dict[str, Any]:
   """Base (auto, possibly tuned) and scaled hyperparameters, as recorded.
 
-  The keys of custom_config["auto_hparams"] that were not tuned are
-  derived from `train_examples` (scaling.auto_base_hparams; not when it is
-  None, e.g. to show a tuning result); tuned values replace the others.
+  The settings' auto_hparams that were not tuned are derived from
+  `train_examples` (scaling.auto_base_hparams; not when it is None, e.g. to
+  show a tuning result); tuned values replace the others.
   """
-  tuned_base = {k: v for k, v in tuned.items()
-                if k in custom_config["base_hparams"]}
-  auto = [k for k in custom_config.get("auto_hparams", [])
+  tuned_base = {k: v for k, v in tuned.items() if k in hparams.BY_NAME}
+  auto = [k for k in settings.auto_hparams
           if k not in tuned_base] if train_examples else []
   base = scaling.auto_base_hparams(
-      custom_config["base_hparams"], custom_config["reference_examples"],
-      train_examples, auto) if auto else dict(custom_config["base_hparams"])
+      settings.base_hparams, settings.reference_examples, train_examples,
+      auto) if auto else dict(settings.base_hparams)
   base.update(tuned_base)
-  scaled = scaling.scale_hparams(custom_config["scaling_rule"], base,
-                                 custom_config["base_batch_size"],
-                                 custom_config["batch_size"])
-  return {"rule": custom_config["scaling_rule"],
+  scaled = scaling.scale_hparams(settings.scaling_rule, base,
+                                 settings.base_batch_size,
+                                 settings.batch_size)
+  return {"rule": settings.scaling_rule,
           "auto": auto,
-          "base_batch_size": custom_config["base_batch_size"],
-          "batch_size": custom_config["batch_size"],
+          "base_batch_size": settings.base_batch_size,
+          "batch_size": settings.batch_size,
           "base": base,
           "scaled": scaled}
 
 
-def model_options(config: Mapping[str, Any],
+def model_options(settings: TrainerSettings,
                   tuned: Mapping[str, Any]) -> models.ModelOptions:
   """The configured ModelOptions with the tuned sizes among `tuned`."""
-  options = models.ModelOptions(**config.get("model_options", {}))
+  options = settings.model_options
   sizes = {}
   if "embedding_dim" in tuned:
     sizes["embedding_dim"] = tuned["embedding_dim"]
@@ -265,23 +268,27 @@ def model_options(config: Mapping[str, Any],
   return dataclasses.replace(options, **sizes)
 
 
-def build_and_compile(config: Mapping[str, Any], tuned: Mapping[str, Any],
+def steps_per_epoch(train_examples: int, batch_size: int) -> int:
+  """Training steps of one epoch: the last, partial batch is a step."""
+  return math.ceil(train_examples / batch_size)
+
+
+def build_and_compile(settings: TrainerSettings, tuned: Mapping[str, Any],
                       tf_transform_output: tft.TFTransformOutput,
                       train_examples: int, click_rate: float,
-                      architecture: Optional[str] = None
+                      architecture: Optional[str] = None,
+                      vocab_scale: int = 1
                      ) -> Tuple[models.CTRModel, Dict[str, Any]]:
   """The configured model, compiled with the scaled (tuned) hyperparameters.
 
-  The one place a model is made from (custom_config, tuned values): run_fn
-  and every tuning trial (trainer_module.tuner) call it, so a trial trains
-  what the Trainer will.
+  The first half of train(); KerasTuner calls it alone to build a trial's
+  model (CtrHyperModel.build), then train() with that model.
 
   Args:
-    config: the Trainer's custom_config.
+    settings: the Trainer's settings.
     tuned: KerasTuner values: base hyperparameters (at the base batch size;
-      they replace config["base_hparams"] before scaling) and
-      contract.MODEL_SIZE_KEYS.
-      Other keys are ignored.
+      they replace settings.base_hparams before scaling) and
+      search_space.MODEL_SIZE_KEYS. Other keys are ignored.
     tf_transform_output: the Transform output (vocabulary sizes).
     train_examples: training examples (the auto base hyperparameters and
       the steps per epoch, the warmup length, follow from it).
@@ -289,30 +296,35 @@ def build_and_compile(config: Mapping[str, Any], tuned: Mapping[str, Any],
       log-odds, so the model is calibrated from the first step instead of
       spending its early (warmup) steps learning the base rate: short runs
       otherwise end miscalibrated by 10-20%.
-    architecture: a models.MODELS name instead of config["model"]: the
+    architecture: a models.MODELS name instead of settings.model: the
       logistic-regression baseline (models.LOGISTIC_REGRESSION), trained
       with the same hyperparameters and without CowClip (it has no deep
       embeddings to clip).
+    vocab_scale: tables this many times larger than the vocabularies (the
+      benchmark's step cost against table size; the ids still index the
+      first rows). 1 everywhere else.
 
   Returns:
     The model and the record of what it was built with: training_hparams
     plus vocab_sizes and model_options.
   """
-  spec = features.get_spec(config["dataset"])
-  architecture = architecture or config["model"]
-  record = training_hparams(config, tuned, train_examples)
-  options = model_options(config, tuned)
-  vocab_sizes = preprocessing.vocabulary_sizes(tf_transform_output, spec)
+  spec = settings.spec
+  architecture = architecture or settings.model
+  record = training_hparams(settings, tuned, train_examples)
+  options = model_options(settings, tuned)
+  vocab_sizes = {field: size * vocab_scale for field, size in
+                 preprocessing.vocabulary_sizes(tf_transform_output,
+                                                spec).items()}
   model = models.build_model(architecture, vocab_sizes, spec.dense, options)
   rate = min(max(click_rate, 1e-6), 1 - 1e-6)
   model.bias.assign([math.log(rate / (1 - rate))])
   training.compile_model(model, training.TrainingConfig(
       **record["scaled"],
-      steps_per_epoch=math.ceil(train_examples / config["batch_size"]),
-      cowclip=(config["cowclip"] and
+      steps_per_epoch=steps_per_epoch(train_examples, settings.batch_size),
+      cowclip=(settings.cowclip and
                architecture != models.LOGISTIC_REGRESSION),
-      cowclip_variant=config.get("cowclip_variant", "paper"),
-      embedding_update=config.get("embedding_update", "dense")))
+      cowclip_variant=settings.cowclip_variant,
+      embedding_update=settings.embedding_update))
   record.update(vocab_sizes=vocab_sizes, click_rate=click_rate,
                 model_options=dataclasses.asdict(options))
   return model, record
@@ -393,10 +405,15 @@ def training_data(train_files: List[str],
 
 def fit(model: models.CTRModel, data: TrainingData, epochs: int,
         callbacks: Sequence[keras.callbacks.Callback] = (),
-        verbose: Any = "auto") -> Dict[str, Any]:
+        verbose: Any = "auto", initial_epoch: int = 0,
+        epoch_steps: Optional[int] = None) -> Dict[str, Any]:
   """Trains up to `epochs` epochs with early stopping on the validation
   slice; the model ends with its best epoch's weights, its bias refitted on
   that slice (training.recalibrate_bias).
+
+  `initial_epoch` resumes (Hyperband's trials); `epoch_steps` caps the
+  steps of an epoch (the benchmark's fixed step count; None: the whole
+  training part).
 
   Returns:
     The record of the training: history (every epoch run), epochs_run and
@@ -404,10 +421,12 @@ def fit(model: models.CTRModel, data: TrainingData, epochs: int,
   """
   stopping = training.early_stopping()
   history = model.fit(data.train, validation_data=data.validation,
-                      epochs=epochs, verbose=verbose,
+                      epochs=epochs, initial_epoch=initial_epoch,
+                      steps_per_epoch=epoch_steps, verbose=verbose,
                       callbacks=[*callbacks, stopping])
   curves = {k: [float(v) for v in vs] for k, vs in history.history.items()}
-  best = stopping.best_epoch
+  # Index into this fit's epochs (Hyperband resumes at initial_epoch).
+  best = max(stopping.best_epoch - initial_epoch, 0)
   return {"history": curves,
           "bias_shift": training.recalibrate_bias(model, data.validation),
           "epochs_run": len(curves.get("loss", [])),
@@ -416,37 +435,89 @@ def fit(model: models.CTRModel, data: TrainingData, epochs: int,
                    if k.startswith("val_") and len(vs) > best}}
 
 
+def train(settings: TrainerSettings, data: TrainingData,
+          tf_transform_output: tft.TFTransformOutput,
+          tuned: Optional[Mapping[str, Any]] = None, *,
+          architecture: Optional[str] = None,
+          model: Optional[models.CTRModel] = None,
+          seed: Optional[int] = None,
+          epochs: Optional[int] = None, initial_epoch: int = 0,
+          epoch_steps: Optional[int] = None, vocab_scale: int = 1,
+          callbacks: Sequence[keras.callbacks.Callback] = (),
+          verbose: Any = "auto") -> Tuple[models.CTRModel, Dict[str, Any]]:
+  """The one training path: run_fn, the tuner's trials, the study and the
+  benchmark all train through it, on the Transform output.
+
+  Builds the model (build_and_compile: the scaling rule maps the base, auto
+  or tuned hyperparameters to the batch size; CowClip step), then fits it
+  (fit: early stopping on the validation slice, best epoch kept, bias
+  refitted).
+
+  Args:
+    settings: the Trainer's settings.
+    data: the train split's training part and validation slice
+      (training_data, at settings.batch_size).
+    tf_transform_output: the Transform output.
+    tuned: KerasTuner values (see build_and_compile); None: none.
+    architecture: build this models.MODELS name instead of settings.model
+      (the logistic-regression baseline).
+    model: a model build_and_compile already made from these settings and
+      `tuned` (KerasTuner builds a trial's model before fitting it); None:
+      build it here.
+    seed: seeds Python, NumPy and TensorFlow before building (the study's
+      and the benchmark's repeatable runs); None: leave them.
+    epochs: the most epochs (None: settings.epochs; Hyperband's rounds).
+    initial_epoch, epoch_steps: see fit.
+    vocab_scale: see build_and_compile.
+    callbacks: extra Keras callbacks (the step timer, TensorBoard, the
+      tuner's own).
+    verbose: Keras' fit verbosity.
+
+  Returns:
+    The trained model and its record: build_and_compile's (when it built
+    the model) updated with fit's.
+  """
+  if seed is not None:
+    keras.utils.set_random_seed(seed)
+  record = {}
+  if model is None:
+    model, record = build_and_compile(
+        settings, tuned or {}, tf_transform_output, data.train_examples,
+        data.click_rate, architecture, vocab_scale)
+  record.update(fit(model, data, settings.epochs if epochs is None else epochs,
+                    callbacks, verbose, initial_epoch, epoch_steps))
+  return model, record
+
+
 def run_fn(fn_args) -> None:
   """Trains the configured CTR model with CowClip and its logistic-
   regression baseline, and exports both in one SavedModel."""
-  config = fn_args.custom_config
-  spec = features.get_spec(config["dataset"])
+  settings = TrainerSettings.from_custom_config(fn_args.custom_config)
   tf_transform_output = tft.TFTransformOutput(fn_args.transform_output)
   tuned = (fn_args.hyperparameters or {}).get("values", {})
-  batch_size = config["batch_size"]
+  batch_size = settings.batch_size
 
-  data = training_data(fn_args.train_files, tf_transform_output, spec.label,
-                       batch_size)
+  data = training_data(fn_args.train_files, tf_transform_output,
+                       settings.spec.label, batch_size)
   logging.info("%s", check_training_fits(
-      preprocessing.vocabulary_sizes(tf_transform_output, spec),
-      model_options(config, tuned).embedding_dim, batch_size,
+      preprocessing.vocabulary_sizes(tf_transform_output, settings.spec),
+      model_options(settings, tuned).embedding_dim, batch_size,
       data.train_examples, psutil.virtual_memory().available))
-  model, record = build_and_compile(config, tuned, tf_transform_output,
-                                    data.train_examples, data.click_rate)
-  record.update(fit(model, data, config["epochs"], callbacks=[
-      training.ThroughputLogger(batch_size),
-      keras.callbacks.TensorBoard(log_dir=fn_args.model_run_dir)]))
-  baseline, baseline_record = build_and_compile(
-      config, tuned, tf_transform_output, data.train_examples,
-      data.click_rate, architecture=models.LOGISTIC_REGRESSION)
-  baseline_record.update(fit(baseline, data, config["epochs"]))
+  model, record = train(settings, data, tf_transform_output, tuned,
+                        callbacks=[
+                            training.ThroughputLogger(batch_size),
+                            keras.callbacks.TensorBoard(
+                                log_dir=fn_args.model_run_dir)])
+  baseline, baseline_record = train(
+      settings, data, tf_transform_output, tuned,
+      architecture=models.LOGISTIC_REGRESSION)
   record.update(
       train_examples=data.train_examples,
       validation_examples=data.validation_examples,
-      steps_per_epoch=math.ceil(data.train_examples / batch_size),
+      steps_per_epoch=steps_per_epoch(data.train_examples, batch_size),
       logistic_regression={k: baseline_record[k] for k in (
           "history", "epochs_run", "best_epoch", "best", "scaled")})
-  export_serving_model(model, baseline, tf_transform_output, config,
+  export_serving_model(model, baseline, tf_transform_output, settings,
                        fn_args.serving_model_dir)
   for directory in (fn_args.model_run_dir, fn_args.serving_model_dir):
     with tf.io.gfile.GFile(os.path.join(directory, contract.TRAINING_RECORD),

@@ -79,7 +79,7 @@ class TrainingConfig:
     warmup_epochs: epochs of linear warmup of dense_lr (0: none).
     steps_per_epoch: training steps in one epoch (sets the warmup length).
     cowclip: clip the deep embedding gradients with CowClip.
-    cowclip_variant: threshold formula, one of cowclip.VARIANTS.
+    cowclip_variant: threshold formula, one of settings.COWCLIP_VARIANTS.
     embedding_update: "dense" (the reference) or "sparse", see module doc.
     jit_compile: XLA for the train and test steps; None: XLA for the dense
       update on a GPU only (see module doc).
@@ -104,9 +104,9 @@ class TrainingConfig:
         self.steps_per_epoch <= 0):
       raise ValueError("TrainingConfig.steps_per_epoch must be a positive "
                        f"integer, got {self.steps_per_epoch!r}")
-    if self.cowclip_variant not in cowclip.VARIANTS:
+    if self.cowclip_variant not in settings.COWCLIP_VARIANTS:
       raise ValueError(f"unknown CowClip variant {self.cowclip_variant!r}; "
-                       f"choose one of {cowclip.VARIANTS}")
+                       f"choose one of {settings.COWCLIP_VARIANTS}")
     if self.embedding_update not in EMBEDDING_UPDATES:
       raise ValueError(f"unknown embedding_update "
                        f"{self.embedding_update!r}; choose one of "

@@ -3,7 +3,7 @@
 What is searched are the hyperparameters at the dataset's base batch size
 (``features.DatasetSpec.base_hparams``). Every trial trains at the run's
 batch size with them mapped by the scaling rule, through
-``trainer.build_and_compile``, the very code run_fn uses. So the best values
+``trainer.train``, the very code run_fn uses. So the best values
 are base values: one tuning result serves every batch size, and the Trainer
 maps them again for its own batch size.
 
@@ -35,15 +35,18 @@ from trainer_module import trainer
 from trainer_module import training
 from trainer_module.search_space import Dimension
 from trainer_module.search_space import search_space
+from trainer_module.settings import TrainerSettings
+from trainer_module.settings import TUNERS
+from trainer_module.settings import TuningSettings
 
 # Fixed, so the same settings propose the same trials (and TFX's cache
 # stays meaningful).
 SEARCH_SEED = 0
 
+# The class of each of settings.TUNERS (a test checks they match).
 TUNER_CLASSES = {"random": keras_tuner.RandomSearch,
                  "bayesian": keras_tuner.BayesianOptimization,
                  "hyperband": keras_tuner.Hyperband}
-TUNERS = tuple(TUNER_CLASSES)
 
 def load_search_space(path: str, dataset: str,
                       tune_model_size: bool) -> Dict[str, Any]:
@@ -91,18 +94,23 @@ def best_epoch_metrics(history: Mapping[str, List[float]]) -> Dict[str, float]:
 
 
 class CtrHyperModel(keras_tuner.HyperModel):
-  """Each trial's model from trainer.build_and_compile, as run_fn builds it."""
+  """A trial trains through trainer.train, as run_fn does.
 
-  def __init__(self, custom_config: Mapping[str, Any],
+  KerasTuner builds a trial's model itself (build: trainer.build_and_compile,
+  train()'s first half) and then fits it (fit: trainer.train with that
+  model). The data is the one training part and validation slice of the
+  train split, shared by every trial.
+  """
+
+  def __init__(self, settings: TrainerSettings,
                space: Mapping[str, Dimension],
                tf_transform_output: tft.TFTransformOutput,
-               train_examples: int, click_rate: float):
-    super().__init__(name=custom_config["model"])
-    self._config = custom_config
+               data: trainer.TrainingData):
+    super().__init__(name=settings.model)
+    self._settings = settings
     self._space = space
     self._tf_transform_output = tf_transform_output
-    self._train_examples = train_examples
-    self._click_rate = click_rate
+    self._data = data
 
   def declare_hyperparameters(self, hp: keras_tuner.HyperParameters) -> None:
     for dimension in self._space.values():
@@ -110,13 +118,20 @@ class CtrHyperModel(keras_tuner.HyperModel):
 
   def build(self, hp: keras_tuner.HyperParameters) -> keras.Model:
     model, _ = trainer.build_and_compile(
-        self._config, hp.values, self._tf_transform_output,
-        self._train_examples, self._click_rate)
+        self._settings, hp.values, self._tf_transform_output,
+        self._data.train_examples, self._data.click_rate)
     return model
 
-  def fit(self, hp, model, *args, **kwargs) -> Dict[str, float]:
-    del hp  # The model was built with it.
-    return best_epoch_metrics(model.fit(*args, **kwargs).history)
+  def fit(self, hp, model, *args, callbacks=(), epochs=None,
+          initial_epoch=0, verbose="auto", **kwargs) -> Dict[str, float]:
+    """Trains the trial's model; KerasTuner passes its own callbacks and,
+    for Hyperband, the round's epochs (the data is the hypermodel's)."""
+    del args, kwargs  # No data in fit_kwargs: trainer.train reads self._data.
+    _, record = trainer.train(
+        self._settings, self._data, self._tf_transform_output, hp.values,
+        model=model, epochs=epochs, initial_epoch=initial_epoch,
+        callbacks=callbacks, verbose=verbose)
+    return best_epoch_metrics(record["history"])
 
 
 def make_tuner(name: str, hypermodel: keras_tuner.HyperModel, trials: int,
@@ -142,29 +157,22 @@ def make_tuner(name: str, hypermodel: keras_tuner.HyperModel, trials: int,
 def tuner_fn(fn_args) -> tfx.components.TunerFnResult:
   """TFX Tuner entry point: the search of custom_config["tuning"].
 
-  custom_config is the Trainer's (pipeline.config.PipelineConfig
-  .trainer_config) plus "tuning": {"tuner", "trials", "search_space",
-  "tune_model_size"}. Trials train `epochs` epochs at most, at
-  custom_config's batch size, on the Transform output.
+  custom_config is the Trainer's (settings.TrainerSettings) plus "tuning"
+  (settings.TuningSettings). Trials train `epochs` epochs at most, at the
+  settings' batch size, on the Transform output, through trainer.train.
   """
-  config = fn_args.custom_config
-  settings = config["tuning"]
-  spec = features.get_spec(config["dataset"])
-  space = search_space(config["dataset"], settings["search_space"],
-                       settings["tune_model_size"],
+  settings = TrainerSettings.from_custom_config(fn_args.custom_config)
+  tuning = TuningSettings.from_custom_config(fn_args.custom_config)
+  space = search_space(settings.dataset, tuning.search_space,
+                       tuning.tune_model_size,
                        source="custom_config tuning.search_space",
-                       model_options=config.get("model_options"))
+                       model_options=settings.model_options)
   tf_transform_output = tft.TFTransformOutput(fn_args.transform_graph_path)
-  batch_size = config["batch_size"]
   data = trainer.training_data(fn_args.train_files, tf_transform_output,
-                               spec.label, batch_size)
-  hypermodel = CtrHyperModel(config, space, tf_transform_output,
-                             data.train_examples, data.click_rate)
-  tuner = make_tuner(settings["tuner"], hypermodel, settings["trials"],
-                     config["epochs"],
+                               settings.spec.label, settings.batch_size)
+  hypermodel = CtrHyperModel(settings, space, tf_transform_output, data)
+  tuner = make_tuner(tuning.tuner, hypermodel, tuning.trials,
+                     settings.epochs,
                      os.path.join(fn_args.working_dir, "keras_tuner"))
   return tfx.components.TunerFnResult(
-      tuner=tuner,
-      fit_kwargs={"x": data.train, "validation_data": data.validation,
-                  "epochs": config["epochs"], "verbose": 2,
-                  "callbacks": [training.early_stopping()]})
+      tuner=tuner, fit_kwargs={"epochs": settings.epochs, "verbose": 2})

@@ -112,7 +112,7 @@ def test_a_run_that_trains_like_a_finished_one_reuses_its_row(tmp_path):
     hparams = study.trainer.training_hparams(
         study.run_config(config, study.StudyRun("deepfm", rule, batch, 1,
                                                 rule == "cowclip")
-                         ).trainer_config, {}, 50_000)["scaled"]
+                         ).trainer_settings, {}, 50_000)["scaled"]
     row.update(epochs=2, train_examples=50_000,
                **{k: hparams[k] for k in ("dense_lr", "embed_lr", "l2")})
     study.append_row(str(tmp_path / "study.csv"), row)

@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from trainer_module import scaling
 from trainer_module import trainer
+from trainer_module.settings import TrainerSettings
 
 
 def test_frequency_buckets_boundaries_belong_to_the_higher_bucket():
@@ -27,10 +28,11 @@ def test_frequency_buckets_of_geometric_mean_like_serving_does():
 
 
 def test_training_hparams_scale_tuned_base_values():
-  config = {"scaling_rule": "cowclip", "base_batch_size": 1024,
-            "batch_size": 8192,
-            "base_hparams": {"dense_lr": 8e-4, "embed_lr": 1e-4, "l2": 1e-5,
-                             "r": 1.0, "zeta": 1e-5, "warmup_epochs": 1.0}}
+  config = TrainerSettings(
+      dataset="criteo", scaling_rule="cowclip", base_batch_size=1024,
+      batch_size=8192,
+      base_hparams={"dense_lr": 8e-4, "embed_lr": 1e-4, "l2": 1e-5,
+                    "r": 1.0, "zeta": 1e-5, "warmup_epochs": 1.0})
   record = trainer.training_hparams(config, {"dense_lr": 1e-3,
                                              "embedding_dim": 16})
   assert record["base"]["dense_lr"] == 1e-3
@@ -67,10 +69,10 @@ def test_label_stats_counts_examples_and_clicks(tmp_path):
 def test_training_hparams_derive_auto_keys_from_the_data_size():
   base = {"dense_lr": 8e-4, "embed_lr": 1e-4, "l2": 1e-5, "r": 1.0,
           "zeta": 1e-5, "warmup_epochs": 1.0}
-  config = {"scaling_rule": "cowclip", "base_batch_size": 1024,
-            "batch_size": 2048, "base_hparams": base,
-            "auto_hparams": ["embed_lr", "l2"],
-            "reference_examples": 40_000_000}
+  config = TrainerSettings(
+      dataset="criteo", scaling_rule="cowclip", base_batch_size=1024,
+      batch_size=2048, base_hparams=base, auto_hparams=["embed_lr", "l2"],
+      reference_examples=40_000_000)
   record = trainer.training_hparams(config, {"l2": 3e-4}, 400_000)
   # 100x fewer rows: embed_lr x 100 ** 0.8; l2 was tuned, so it stays.
   assert record["auto"] == ["embed_lr"]
