@@ -5,9 +5,9 @@ pipeline (create_pipeline(..., until_transform=True), cached by TFX like any
 run), then trains every (model, scaling rule, batch size, seed) on that one
 transformed dataset and evaluates it on the one eval split:
 
-* training is the Trainer's: the run's PipelineConfig.trainer_config goes
-  through trainer.build_and_compile (base hyperparameters mapped by the
-  run's scaling rule), trainer.make_dataset and model.fit. CowClip is on
+* training is the Trainer's: trainer.train with the run's
+  PipelineConfig.trainer_settings (base hyperparameters mapped by the run's
+  scaling rule) on trainer.training_data, seeded per run. CowClip is on
   exactly for the 'cowclip' rule (``ablation`` adds the cowclip rule without
   clipping). A NaN loss (training.NonFiniteLossError) is recorded as a
   diverged run.
@@ -56,6 +56,7 @@ from trainer_module import contract
 from trainer_module import models
 from trainer_module import scaling
 from trainer_module import trainer
+from trainer_module import settings
 from trainer_module import training
 
 BUCKETS = contract.FREQUENCY_BUCKETS
@@ -273,7 +274,7 @@ class StudySetup:
 
 def run_config(config: PipelineConfig, run: StudyRun) -> PipelineConfig:
   """The study's config with the run's model, batch size, rule and CowClip:
-  its trainer_config is what the Trainer would get for this run."""
+  its trainer_settings are what the Trainer would get for this run."""
   return dataclasses.replace(config, model=run.model,
                              batch_size=run.batch_size, scaling_rule=run.rule,
                              cowclip=run.cowclip)
@@ -285,26 +286,22 @@ def train_baseline(config: PipelineConfig, train_files: Sequence[str],
   model (the Evaluator's config reads it), trained once, as run_fn does."""
   data = trainer.training_data(list(train_files), tf_transform_output,
                                config.spec.label, config.batch_size)
-  baseline, _ = trainer.build_and_compile(
-      config.trainer_config, {}, tf_transform_output, data.train_examples,
-      data.click_rate, architecture=models.LOGISTIC_REGRESSION)
-  trainer.fit(baseline, data, config.epochs, verbose=0)
+  baseline, _ = trainer.train(config.trainer_settings, data,
+                              tf_transform_output,
+                              architecture=models.LOGISTIC_REGRESSION,
+                              verbose=0)
   return baseline
 
 
 def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
   """Trains one run as run_fn does, evaluates it, returns its study.csv row."""
   config = run_config(setup.config, run)
-  spec = config.spec
+  trainer_settings = config.trainer_settings
   data = trainer.training_data(list(setup.train_files),
-                               setup.tf_transform_output, spec.label,
+                               setup.tf_transform_output, config.spec.label,
                                run.batch_size, seed=run.seed)
-  steps_per_epoch = math.ceil(data.train_examples / run.batch_size)
-  keras.utils.set_random_seed(run.seed)
-  model, record = trainer.build_and_compile(
-      config.trainer_config, {}, setup.tf_transform_output,
-      data.train_examples, data.click_rate)
-  hparams = record["scaled"]
+  hparams = trainer.training_hparams(trainer_settings, {},
+                                     data.train_examples)["scaled"]
   row = {"run": run.key, "model": run.model, "rule": run.rule,
          "cowclip": run.cowclip, "batch_size": run.batch_size,
          "seed": run.seed, "epochs": config.epochs,
@@ -313,8 +310,10 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
          "l2": hparams["l2"], "train_examples": data.train_examples}
   start = time.perf_counter()
   try:
-    trained = trainer.fit(model, data, config.epochs, verbose=0, callbacks=[
-        training.ThroughputLogger(run.batch_size)])
+    model, trained = trainer.train(
+        trainer_settings, data, setup.tf_transform_output, seed=run.seed,
+        verbose=0,
+        callbacks=[training.ThroughputLogger(run.batch_size)])
   except training.NonFiniteLossError as error:
     print(f"{run.key}: diverged: {error}", flush=True)
     row.update(train_seconds=time.perf_counter() - start, diverged=True)
@@ -328,7 +327,9 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
   row.update(train_seconds=seconds, examples_per_second=rate,
              epochs_run=trained["epochs_run"],
              best_epoch=trained["best_epoch"],
-             steps=steps_per_epoch * trained["epochs_run"],
+             steps=trainer.steps_per_epoch(data.train_examples,
+                                           run.batch_size) *
+             trained["epochs_run"],
              epoch_seconds=data.train_examples / rate, diverged=False,
              final_train_loss=float(history["loss"][-1]),
              clipped_fraction=statistics.mean(clipped) if clipped else "")
@@ -336,8 +337,8 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
   run_dir = os.path.join(config.output, "runs", run.key)
   serving_dir = os.path.join(run_dir, "serving")
   trainer.export_serving_model(model, setup.baseline,
-                               setup.tf_transform_output,
-                               config.trainer_config, serving_dir)
+                               setup.tf_transform_output, trainer_settings,
+                               serving_dir)
   row.update(metrics_row(tfma_metrics(
       serving_dir, study_eval_config(config),
       split_pattern(setup.inputs.raw_examples, "eval"),
@@ -569,7 +570,7 @@ def same_training(config: PipelineConfig, run: StudyRun,
   # The `auto` base values depend on the training rows, the same for every
   # run of a study (one Transform output, one validation slice).
   hparams = trainer.training_hparams(
-      run_config(config, run).trainer_config, {},
+      run_config(config, run).trainer_settings, {},
       int(float(rows[0]["train_examples"])))["scaled"]
   wanted = _training_signature({
       "model": run.model, "batch_size": run.batch_size, "seed": run.seed,
@@ -648,15 +649,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
   parser.add_argument("--rules", type=_parse_rules,
                       default=list(DEFAULT_RULES),
                       help=f"comma-separated, from {','.join(scaling.RULES)}")
-  parser.add_argument("--models", type=_parse_models, default=["deepfm"],
+  parser.add_argument("--models", type=_parse_models,
+                      default=[settings.DEFAULT_MODEL],
                       help=f"comma-separated, from {','.join(models.MODELS)}")
   parser.add_argument("--epochs", type=int, default=1)
   parser.add_argument("--seeds", type=benchmark.parse_int_list,
                       default=[1234])
   parser.add_argument("--ablation", action="store_true",
                       help="also run the cowclip rule without clipping")
-  parser.add_argument("--embedding-update", default="dense",
-                      choices=training.EMBEDDING_UPDATES)
+  parser.add_argument("--embedding-update",
+                      default=settings.DEFAULT_EMBEDDING_UPDATE,
+                      choices=settings.EMBEDDING_UPDATES)
   parser.add_argument("--hidden-units", type=benchmark.parse_int_list,
                       default=None, help="DNN layer sizes (default: the "
                       "model's)")
@@ -709,7 +712,7 @@ def main(args: argparse.Namespace) -> int:
             f"epoch(s); ablation {args.ablation}.",
             f"Base hyperparameters at batch {config.spec.base_batch_size}: "
             f"{config.base_hparams}",
-            f"Model options: {models.ModelOptions(**config.model_options)}; "
+            f"Model options: {config.trainer_settings.model_options}; "
             f"embedding update {config.embedding_update}.",
             "Id-frequency buckets: the pipeline's id_frequency slice "
             "(geometric mean over fields of the training count of the "
