@@ -1,24 +1,25 @@
 """Training-speed benchmark: examples/s of the real step, and where it goes.
 
 `python -m pipeline benchmark` times the training step the Trainer runs
-(models.build_model + training.compile_model + model.fit) on in-memory
-transformed features, for every batch size, precision (ModelOptions.
-precision), embedding update ('dense', 'sparse') and CowClip on/off, and
-again with every vocabulary 10x larger at the first batch size (the dense
-update's cost grows with the table size, the sparse update's should not).
+(trainer.train: the Trainer's model, CowClip step and tf.data input on the
+Transform output) for every batch size, precision (ModelOptions.precision),
+embedding update ('dense', 'sparse') and CowClip on/off, and again with
+every vocabulary 10x larger at the first batch size (the dense update's
+cost grows with the table size, the sparse update's should not).
 
 Inputs: a raw file in the dataset's layout (generated with commands.generate
-when none is given) is turned into what Transform would write, in memory:
-each categorical field's ids are its tokens ranked by training count, tokens
-seen fewer than ``min_frequency`` times share the OOV id, and dense counts go
-through preprocessing.log1p_counts and are scaled to [0, 1]. The ids thus
-have the generator's (or the real data's) power-law frequencies and the
-vocabularies the sizes Transform would give them. Transform itself is not
-timed: it runs once per dataset.
+when none is given) goes once through the pipeline's own ingestion and
+Transform (pipeline.runner.transform_once, in a temporary directory): the
+benchmark trains on what the Trainer would read, with the vocabulary
+threshold ``min_frequency``. Transform itself is not timed: it runs once per
+dataset.
 
-Timing: one fit of ``warmup_steps + steps`` steps; the clock starts at the
-end of the last warm-up step, so tracing and graph building (the first step)
-are excluded, and stops at the end of the last step.
+Timing: one epoch of ``warmup_steps + steps`` steps (the training part
+repeated as needed); training.ThroughputLogger, the Trainer's step timer,
+starts at the end of the last warm-up step, so tracing and graph building
+(the first step) are excluded, and stops at the end of the last step. The
+hyperparameters are the dataset's published base ones scaled to the batch
+by the CowClip rule (they do not change the cost of a step).
 
 Where the step goes: after the fit, the parts of the step are timed alone
 on one batch of the same model (component_seconds): the MLP (DNN + output
@@ -44,19 +45,20 @@ import tempfile
 import time
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-import keras
 import numpy as np
-import pandas as pd
 import tensorflow as tf
+import tensorflow_transform as tft
 
 from commands import data_benchmark
 from commands import generate
+from pipeline import runner
+from pipeline.config import PipelineConfig
 from trainer_module import cowclip
 from trainer_module import features
 from trainer_module import models
-from trainer_module import preprocessing
-from trainer_module import scaling
+from trainer_module import trainer
 from trainer_module import training
+from trainer_module.settings import TrainerSettings
 
 COLUMNS = ("model", "batch_size", "precision", "embedding_update", "cowclip",
            "vocab_scale", "vocab_rows", "steps", "seconds_per_step",
@@ -71,15 +73,14 @@ DEFAULT_VOCAB_SCALE = 10
 
 @dataclasses.dataclass(frozen=True)
 class TransformedData:
-  """Transformed features held in memory, as Transform would write them."""
-  features: Dict[str, np.ndarray]
-  labels: np.ndarray
-  vocab_sizes: Dict[str, int]
-  dense_features: Tuple[str, ...]
+  """The benchmark's input: the real Transform output of its raw rows.
 
-  @property
-  def rows(self) -> int:
-    return int(self.labels.shape[0])
+  Attributes:
+    tf_transform_output: the Transform graph (its vocabularies).
+    train_files: the transformed train split's record files.
+  """
+  tf_transform_output: tft.TFTransformOutput
+  train_files: Tuple[str, ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,57 +93,21 @@ class BenchmarkCase:
   precision: str = "float32"
 
 
-def _frequency_ids(tokens: pd.Series,
-                   min_frequency: int) -> Tuple[np.ndarray, int]:
-  """(ids, vocabulary size): tokens ranked by count, rare/missing -> OOV.
-
-  Ids follow tf.Transform's vocabulary order (decreasing count); the empty
-  token (a missing value) is never in the vocabulary.
-  """
-  counts = tokens[tokens != ""].value_counts()
-  vocabulary = counts[counts >= min_frequency].index
-  ids = pd.Index(vocabulary).get_indexer(tokens)
-  size = len(vocabulary)
-  ids = np.where(ids < 0, size, ids).astype(np.int64)
-  return ids, size + features.NUM_OOV_BUCKETS
-
-
-def load_transformed(spec: features.DatasetSpec, path: str,
-                     min_frequency: int) -> TransformedData:
-  """Reads a raw file of ``spec``'s layout into transformed features.
+def transform(spec: features.DatasetSpec, path: str, min_frequency: int,
+              work_dir: str) -> TransformedData:
+  """The adapter: the pipeline's ingestion and Transform of the raw file
+  ``path``, run once in ``work_dir`` (as the study runs them).
 
   Raises:
-    ValueError: if the file does not have the layout's column count.
+    the pipeline's errors: a file without the dataset's layout fails in
+    ExampleGen, which names it.
   """
-  frame = pd.read_csv(path, sep=spec.delimiter, header=None,
-                      skiprows=1 if spec.has_header else 0, dtype=str,
-                      keep_default_na=False, quoting=3)
-  if frame.shape[1] != len(spec.columns):
-    raise ValueError(f"{path}: expected {len(spec.columns)} "
-                     f"{spec.delimiter!r}-separated {spec.name} columns, "
-                     f"got {frame.shape[1]}")
-  frame.columns = list(spec.columns)
-  tokens = {name: frame[name] for name in
-            spec.int_categorical + spec.str_categorical}
-  if spec.time_field:
-    times = pd.to_numeric(frame[spec.time_field], errors="coerce")
-    hour, weekday = preprocessing.time_tokens(
-        tf.constant(times.fillna(-1).astype(np.int64).to_numpy()))
-    tokens[features.HOUR_OF_DAY] = pd.Series(hour.numpy().astype(str))
-    tokens[features.WEEKDAY] = pd.Series(weekday.numpy().astype(str))
-  columns, vocab_sizes = {}, {}
-  for name in spec.categorical_features:
-    columns[name], vocab_sizes[name] = _frequency_ids(tokens[name],
-                                                      min_frequency)
-  for name in spec.dense:
-    counts = pd.to_numeric(frame[name], errors="coerce").fillna(0)
-    logs = preprocessing.log1p_counts(
-        tf.constant(counts.to_numpy(np.float64))).numpy()
-    span = logs.max() - logs.min()
-    columns[name] = (logs - logs.min()) / (span if span > 0 else 1.0)
-  labels = pd.to_numeric(frame[spec.label], errors="raise").to_numpy(
-      np.float32)
-  return TransformedData(columns, labels, vocab_sizes, spec.dense)
+  config = PipelineConfig(dataset=spec.name, data=path, output=work_dir,
+                          min_frequency=min_frequency)
+  inputs = runner.transform_once(config)
+  return TransformedData(
+      tft.TFTransformOutput(inputs.transform_graph),
+      tuple(runner.split_files(inputs.transformed_examples, "train")))
 
 
 def benchmark_cases(batch_sizes: Sequence[int],
@@ -270,64 +235,51 @@ def component_seconds(model: models.CTRModel, features: Mapping[str, object],
   return seconds
 
 
-class _StepClock(keras.callbacks.Callback):
-  """End time of every training step of one fit."""
-
-  def __init__(self):
-    super().__init__()
-    self.ends = []
-
-  def on_train_batch_end(self, batch, logs=None):
-    self.ends.append(time.perf_counter())
-
-
 def time_training_step(model_name: str, spec: features.DatasetSpec,
                        data: TransformedData, case: BenchmarkCase,
                        options: models.ModelOptions, warmup_steps: int,
                        steps: int, matmul_peak: Optional[float] = None,
                        components: bool = True) -> Dict[str, object]:
-  """Times ``steps`` training steps of one case after ``warmup_steps``.
+  """Times ``steps`` training steps of one case after ``warmup_steps``,
+  through trainer.train (see the module doc).
 
-  The hyperparameters are the dataset's base ones scaled to the batch with
-  the CowClip rule (they do not change the cost of a step). With
-  ``components``, the step's parts are then timed alone (min(steps, 10)
-  repeats each) and reported as shares of the step.
+  With ``components``, the step's parts are then timed alone (min(steps,
+  10) repeats each) and reported as shares of the step.
   """
   if warmup_steps < 1 or steps < 1:
     raise ValueError(f"warmup_steps and steps must be >= 1, got "
                      f"{warmup_steps} and {steps}")
-  if case.batch_size > data.rows:
+  settings = TrainerSettings(
+      dataset=spec.name, model=model_name, batch_size=case.batch_size,
+      epochs=1, cowclip=case.cowclip, embedding_update=case.embedding_update,
+      model_options=dataclasses.replace(options, precision=case.precision),
+      auto_hparams=())
+  split = trainer.training_data(list(data.train_files),
+                                data.tf_transform_output, spec.label,
+                                case.batch_size)
+  if case.batch_size > split.train_examples:
     raise ValueError(f"batch size {case.batch_size} is larger than the "
-                     f"{data.rows} benchmark rows; use more --rows")
-  vocab_sizes = {f: v * case.vocab_scale for f, v in data.vocab_sizes.items()}
-  keras.utils.set_random_seed(0)
-  options = dataclasses.replace(options, precision=case.precision)
-  model = models.build_model(model_name, vocab_sizes, data.dense_features,
-                             options)
-  hparams = scaling.scale_hparams("cowclip", spec.base_hparams,
-                                  spec.base_batch_size, case.batch_size)
-  training.compile_model(model, training.TrainingConfig(
-      **hparams, steps_per_epoch=max(1, data.rows // case.batch_size),
-      cowclip=case.cowclip, embedding_update=case.embedding_update))
-  dataset = tf.data.Dataset.from_tensor_slices(
-      (data.features, data.labels)).repeat().batch(
-          case.batch_size, drop_remainder=True).prefetch(2)
-  clock = _StepClock()
-  model.fit(dataset, epochs=1, steps_per_epoch=warmup_steps + steps,
-            callbacks=[clock], verbose=0)
-  seconds = clock.ends[-1] - clock.ends[warmup_steps - 1]
-  step = seconds / steps
-  rate = steps * case.batch_size / seconds
+                     f"{split.train_examples} benchmark training rows; use "
+                     "more --rows")
+  clock = training.ThroughputLogger(case.batch_size,
+                                    warmup_steps=warmup_steps)
+  model, record = trainer.train(
+      settings, dataclasses.replace(split, train=split.train.repeat()),
+      data.tf_transform_output, seed=0, epoch_steps=warmup_steps + steps,
+      vocab_scale=case.vocab_scale, callbacks=[clock], verbose=0)
+  step = clock.timed_seconds / clock.timed_steps
+  rate = clock.timed_steps * case.batch_size / clock.timed_seconds
   result = {"model": model_name, "batch_size": case.batch_size,
             "precision": case.precision,
             "embedding_update": case.embedding_update,
             "cowclip": case.cowclip, "vocab_scale": case.vocab_scale,
-            "vocab_rows": sum(vocab_sizes.values()), "steps": steps,
+            "vocab_rows": sum(record["vocab_sizes"].values()),
+            "steps": clock.timed_steps,
             "seconds_per_step": step, "examples_per_second": rate,
             "gflops_per_second": mlp_flops_per_example(model) * rate / 1e9,
             "matmul_peak_gflops": matmul_peak}
   if components:
-    batch_features, _ = next(iter(dataset))
+    batch_features, _ = next(iter(split.train))
     parts = component_seconds(model, batch_features, min(steps, 10))
     result.update({f"{name}_share": parts[name] / step
                    for name in COMPONENTS})
@@ -370,18 +322,19 @@ def run_benchmark(dataset: str, model_name: str, batch_sizes: Sequence[int],
     raise ValueError(f"precisions must be some of {models.PRECISIONS}, got "
                      f"{list(precisions)}")
   threshold = spec.min_frequency if min_frequency is None else min_frequency
-  if data_path is None:
-    with tempfile.TemporaryDirectory() as tmp:
-      path = os.path.join(tmp, f"{spec.name}.txt")
+  with tempfile.TemporaryDirectory() as tmp:
+    path = data_path
+    if path is None:
+      path = os.path.join(tmp, "raw", f"{spec.name}.txt")
+      os.makedirs(os.path.dirname(path))
       generate.write_synthetic(spec.name, rows, seed, path)
-      data = load_transformed(spec, path, threshold)
-  else:
-    data = load_transformed(spec, data_path, threshold)
-  peaks = {p: matmul_peak_gflops(p) for p in precisions}
-  return [time_training_step(model_name, spec, data, case, options,
-                             warmup_steps, steps, peaks[case.precision],
-                             components)
-          for case in benchmark_cases(batch_sizes, vocab_scale, precisions)]
+    data = transform(spec, path, threshold, os.path.join(tmp, "pipeline"))
+    peaks = {p: matmul_peak_gflops(p) for p in precisions}
+    return [time_training_step(model_name, spec, data, case, options,
+                               warmup_steps, steps, peaks[case.precision],
+                               components)
+            for case in benchmark_cases(batch_sizes, vocab_scale,
+                                        precisions)]
 
 
 def format_table(results: Sequence[Mapping[str, object]]) -> str:

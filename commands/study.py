@@ -40,23 +40,19 @@ from apache_beam.options.pipeline_options import PipelineOptions
 import keras
 from matplotlib.figure import Figure
 import numpy as np
-import tensorflow as tf
 import tensorflow_model_analysis as tfma
 import tensorflow_transform as tft
-from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
 
 from commands import benchmark
 from commands import cli
-from pipeline import metadata
 from pipeline import runner
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_eval_config
-from pipeline.pipeline import create_pipeline
 from trainer_module import contract
 from trainer_module import models
 from trainer_module import scaling
-from trainer_module import trainer
 from trainer_module import settings
+from trainer_module import trainer
 from trainer_module import training
 
 BUCKETS = contract.FREQUENCY_BUCKETS
@@ -118,48 +114,6 @@ def run_label(rule: str, cowclip: bool) -> str:
   if cowclip == (rule == "cowclip"):
     return rule
   return f"{rule} ({'with' if cowclip else 'no'} clipping)"
-
-
-# ------------------------------------------------- the transformed dataset --
-
-
-@dataclasses.dataclass(frozen=True)
-class TransformedInputs:
-  """URIs of what ExampleGen and Transform produced for the study."""
-  raw_examples: str
-  transformed_examples: str
-  transform_graph: str
-
-
-def split_pattern(examples_uri: str, split: str) -> str:
-  """The file pattern of one split of an Examples artifact."""
-  return os.path.join(examples_uri, f"Split-{split}", "*")
-
-
-def split_files(examples_uri: str, split: str) -> List[str]:
-  """The record files of one split of an Examples artifact."""
-  pattern = split_pattern(examples_uri, split)
-  files = sorted(tf.io.gfile.glob(pattern))
-  if not files:
-    raise FileNotFoundError(f"no {split} examples match {pattern}")
-  return files
-
-
-def transform_artifacts(config: PipelineConfig) -> TransformedInputs:
-  """The inputs and outputs of the latest finished Transform execution."""
-  uris = metadata.node_artifacts(config.metadata_path, config.pipeline_name,
-                                 "Transform", inputs=True)
-  return TransformedInputs(raw_examples=uris["examples"],
-                           transformed_examples=uris["transformed_examples"],
-                           transform_graph=uris["transform_graph"])
-
-
-def transform_once(config: PipelineConfig) -> TransformedInputs:
-  """Runs the pipeline up to Transform (cached on re-runs) and finds it."""
-  runner.check_input(config.data)
-  os.makedirs(config.output, exist_ok=True)
-  BeamDagRunner().run(create_pipeline(config, until_transform=True))
-  return transform_artifacts(config)
 
 
 # ------------------------------------------------------------- evaluation --
@@ -266,7 +220,7 @@ def metrics_row(slices: Mapping[str, Mapping[str, float]]
 class StudySetup:
   """What every run of one study shares."""
   config: PipelineConfig
-  inputs: TransformedInputs
+  inputs: runner.TransformedInputs
   tf_transform_output: tft.TFTransformOutput
   train_files: Tuple[str, ...]
   baseline: Optional[keras.Model]  # None when every run is done.
@@ -341,7 +295,7 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
                                serving_dir)
   row.update(metrics_row(tfma_metrics(
       serving_dir, study_eval_config(config),
-      split_pattern(setup.inputs.raw_examples, "eval"),
+      runner.split_pattern(setup.inputs.raw_examples, "eval"),
       os.path.join(run_dir, "tfma"), config.beam_args)))
   return row
 
@@ -603,8 +557,8 @@ def run_study(config: PipelineConfig, runs: Sequence[StudyRun],
   todo = [r for r in runs if r.key not in done]
   print(f"study: {len(runs) - len(todo)} of {len(runs)} runs already in "
         f"{csv_path}", flush=True)
-  inputs = transform_once(config)
-  train_files = split_files(inputs.transformed_examples, "train")
+  inputs = runner.transform_once(config)
+  train_files = runner.split_files(inputs.transformed_examples, "train")
   tf_transform_output = tft.TFTransformOutput(inputs.transform_graph)
   setup = StudySetup(
       config=config, inputs=inputs, tf_transform_output=tf_transform_output,
