@@ -46,7 +46,7 @@ import tensorflow_transform as tft
 from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
 
 from commands import benchmark
-from commands import cli
+from commands import flags
 from pipeline import metadata
 from pipeline import runner
 from pipeline.config import PipelineConfig
@@ -641,7 +641,7 @@ def write_report(rows: Sequence[Mapping[str, object]], output: str,
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
   """The `study` subcommand's flags."""
-  cli.add_input_arguments(parser, "DIR for the pipeline, study.csv/md and "
+  flags.add_input_arguments(parser, "DIR for the pipeline, study.csv/md and "
                           "figures (re-use it to resume)")
   parser.add_argument("--batch-sizes", type=benchmark.parse_int_list,
                       default=list(DEFAULT_BATCH_SIZES))
@@ -667,7 +667,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="vocabulary frequency threshold (default: per "
                       "dataset)")
   parser.add_argument("--eval-fraction", type=float, default=None)
-  for flag, key in cli.HPARAM_FLAGS.items():
+  for flag, key in flags.HPARAM_FLAGS.items():
     parser.add_argument(f"--{flag}", dest=key, type=float, default=None,
                         help=f"override the base {key} (at the dataset's "
                         "base batch size; each rule maps it)")
@@ -692,7 +692,7 @@ def _parse_models(text: str) -> List[str]:
 
 def main(args: argparse.Namespace) -> int:
   """Runs the study from parsed flags."""
-  overrides = {key: getattr(args, key) for key in cli.HPARAM_FLAGS.values()
+  overrides = {key: getattr(args, key) for key in flags.HPARAM_FLAGS.values()
                if getattr(args, key) is not None}
   extra = {}
   if args.hidden_units:

@@ -5,10 +5,12 @@ turns it into TFX components. Defaults that depend on the dataset come from
 `trainer_module.features` specs, not from literals here.
 """
 
+import ast
 import dataclasses
 import hashlib
 import os
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence
+from typing import Tuple
 
 from trainer_module import features
 
@@ -62,6 +64,64 @@ DEFAULT_MAX_AUC_BELOW_LR = 0.001
 DEFAULT_EPOCHS = 10
 # Bytes read from the head of the data to estimate its row count.
 _ROW_ESTIMATE_SAMPLE_BYTES = 1 << 20
+
+
+# The project's own top-level packages: imports of anything else are
+# third-party and leave the project's import graph.
+PROJECT_PACKAGES = ("commands", "components", "pipeline", "trainer_module")
+
+
+def _module_file(module: str, root: str) -> Optional[str]:
+  """The source file of project `module` under `root`, or None."""
+  path = os.path.join(root, *module.split("."))
+  for candidate in (path + ".py", os.path.join(path, "__init__.py")):
+    if os.path.isfile(candidate):
+      return candidate
+  return None
+
+
+def project_imports(module: str, root: Optional[str] = None,
+                    packages: Sequence[str] = PROJECT_PACKAGES
+                   ) -> FrozenSet[str]:
+  """The project modules `module` imports, at any depth of its code.
+
+  Read from the source (ast), so imports inside functions count as much as
+  those at the top. `from package import submodule` is an edge to the
+  submodule (what it uses), `from module import name` one to the module.
+  """
+  root = REPO_ROOT if root is None else root
+  path = _module_file(module, root)
+  with open(path, encoding="utf-8") as f:
+    tree = ast.parse(f.read(), path)
+  package = (module if path.endswith("__init__.py")
+             else module.rpartition(".")[0])
+  found = set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      found.update(alias.name for alias in node.names)
+    elif isinstance(node, ast.ImportFrom):
+      base = node.module or ""
+      if node.level:
+        parts = package.split(".")[:len(package.split(".")) - node.level + 1]
+        base = ".".join(parts + ([base] if base else []))
+      for alias in node.names:
+        submodule = f"{base}.{alias.name}"
+        found.add(submodule if _module_file(submodule, root) else base)
+  return frozenset(
+      name for name in found
+      if name.split(".")[0] in packages and name != module
+      and _module_file(name, root))
+
+
+def import_closure(module: str, root: Optional[str] = None) -> List[str]:
+  """`module` and every project module it imports, transitively, sorted."""
+  seen, todo = set(), [module]
+  while todo:
+    name = todo.pop()
+    if name not in seen:
+      seen.add(name)
+      todo.extend(project_imports(name, root))
+  return sorted(seen)
 
 
 # The trainer_module sources the Transform graph depends on: the

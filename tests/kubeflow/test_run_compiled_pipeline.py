@@ -19,7 +19,7 @@ from sklearn.metrics import roc_auc_score
 import tensorflow_model_analysis as tfma
 
 from commands import generate
-from pipeline import kubeflow
+from commands import kfp
 from pipeline import metadata
 from pipeline import pipeline as pipeline_lib
 from pipeline import run_compiled
@@ -43,7 +43,7 @@ UPSTREAM = ("ImportSchemaGen", "RawCtrExampleGen", "StatisticsGen",
 
 def compile_spec(path, data, root, extra):
   parser = argparse.ArgumentParser()
-  kubeflow.add_compile_parser(parser.add_subparsers())
+  kfp.add_compile_parser(parser.add_subparsers())
   args = parser.parse_args(["compile-kubeflow", "--output", str(path),
                             "--data", str(data) + "/", "--pipeline-root",
                             str(root), *COMMON, *extra])
