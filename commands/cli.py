@@ -6,17 +6,20 @@ component error), 2 usage error, 3 finished but the model was not blessed
 and so not pushed (schedulers must see the difference).
 """
 
-import os
+import sys
 
-# tf.Transform sets TF_USE_LEGACY_KERAS=1 when it is unset, after which
-# tf.keras flips between Keras 3 and tf_keras with import order. Pin Keras 3
-# before anything imports TensorFlow.
-os.environ["TF_USE_LEGACY_KERAS"] = "0"
+from trainer_module import keras_version
+
+# Keras 3, decided before anything imports TensorFlow (see keras_version).
+try:
+  keras_version.pin_keras3()
+except RuntimeError as error:
+  sys.exit(f"error: {error}")
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import argparse
 import logging
-import sys
+import os
 from typing import List, Optional
 
 from commands import benchmark
