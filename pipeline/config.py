@@ -124,14 +124,23 @@ def import_closure(module: str, root: Optional[str] = None) -> List[str]:
   return sorted(seen)
 
 
-# The trainer_module sources the Transform graph depends on: the
-# preprocessing_fn and the field lists it reads. Changes to the model or the
-# training step must rerun the Trainer, not the (much slower) Transform.
-TRANSFORM_SOURCES = ("features.py", "preprocessing.py")
+# The dotted path of the Transform's preprocessing_fn. Its module and every
+# project module that module imports (import_closure) are the code the
+# Transform graph depends on: changes to the model or the training step must
+# rerun the Trainer, not the (much slower) Transform.
+PREPROCESSING_FN = "trainer_module.preprocessing.preprocessing_fn"
 
 
-def code_fingerprint(names: Optional[Sequence[str]] = None) -> str:
-  """A hash of trainer_module's sources (all, or the files ``names``).
+def transform_sources() -> List[str]:
+  """The source files (relative to the repository) of preprocessing_fn's
+  module and of the project modules it imports, transitively."""
+  return [os.path.relpath(_module_file(module, REPO_ROOT), REPO_ROOT)
+          for module in import_closure(PREPROCESSING_FN.rpartition(".")[0])]
+
+
+def code_fingerprint(paths: Optional[Sequence[str]] = None) -> str:
+  """A hash of source files: `paths` (relative to the repository), or all of
+  trainer_module's.
 
   TFX caches a component by its inputs and properties, not by the code
   behind a dotted-path preprocessing_fn/run_fn, so without this a changed
@@ -139,12 +148,13 @@ def code_fingerprint(names: Optional[Sequence[str]] = None) -> str:
   Trainer. It goes into their custom_configs.
   """
   digest = hashlib.sha256()
-  root = os.path.join(REPO_ROOT, "trainer_module")
-  if names is None:
-    names = [n for n in os.listdir(root) if n.endswith(".py")]
-  for name in sorted(names):
-    with open(os.path.join(root, name), "rb") as f:
-      digest.update(name.encode() + b"\0" + f.read())
+  if paths is None:
+    paths = [os.path.join("trainer_module", name) for name in
+             os.listdir(os.path.join(REPO_ROOT, "trainer_module"))
+             if name.endswith(".py")]
+  for path in sorted(paths):
+    with open(os.path.join(REPO_ROOT, path), "rb") as f:
+      digest.update(path.encode() + b"\0" + f.read())
   return digest.hexdigest()[:16]
 
 
@@ -370,7 +380,7 @@ class PipelineConfig:
   def transform_config(self) -> Dict[str, object]:
     """custom_config of the Transform component (JSON-serialisable)."""
     return {"dataset": self.dataset,
-            "code": code_fingerprint(TRANSFORM_SOURCES),
+            "code": code_fingerprint(transform_sources()),
             "min_frequency": self.vocabulary_min_frequency}
 
   @property
