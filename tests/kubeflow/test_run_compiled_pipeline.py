@@ -20,7 +20,7 @@ import tensorflow_model_analysis as tfma
 
 from commands import generate
 from commands import kfp
-from pipeline import metadata
+from pipeline import metadata as metadata_lib
 from pipeline import pipeline as pipeline_lib
 from pipeline import run_compiled
 from trainer_module import features
@@ -140,7 +140,7 @@ def test_second_run_gates_against_the_first_runs_pushed_model(runs):
   assert blessing["blessed"] == 0
   assert blessing["baseline_model"] == (
       second.tasks[pipeline_lib.BASELINE_ID].artifacts["model"]["uri"])
-  checks = metadata.failed_checks(
+  checks = metadata_lib.failed_checks(
       second.tasks["Evaluator"].artifacts["evaluation"]["uri"])
   assert any("vs the last blessed model" in check for check in checks), checks
 
