@@ -3,9 +3,6 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-# Pin Keras 3: tf.Transform would otherwise switch tf.keras to tf_keras.
-export TF_USE_LEGACY_KERAS := 0
-
 VENV := .venv
 PY := $(VENV)/bin/python
 # Python 3.10: from PYTHON310=..., pyenv, or PATH.

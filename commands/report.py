@@ -16,6 +16,7 @@ still gets a page saying what exists. `python -m pipeline report DIR
 import dataclasses
 import html
 import json
+import logging
 import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 from typing import Tuple
@@ -33,7 +34,9 @@ from tfx.utils import path_utils
 
 from components import tuner as tuner_component
 from pipeline import metadata
+from pipeline import runner
 from pipeline.config import DEFAULT_MIN_SLICE_SIZE
+from pipeline.config import PipelineConfig
 from trainer_module import contract
 
 REPORT_DIR = "report"
@@ -796,9 +799,21 @@ def write_report(output_dir: str,
                  min_slice_size: int = DEFAULT_MIN_SLICE_SIZE) -> str:
   """Reads the run in `output_dir`, writes its report; the index.html path.
 
-  The runner calls it at the end of every run, failed ones included.
+  run_with_report calls it at the end of every run, failed ones included.
   """
   return write_run_page(read_run(output_dir, min_slice_size))
+
+
+def run_with_report(config: PipelineConfig) -> metadata.RunOutcome:
+  """Runs the whole pipeline (pipeline.runner), then writes its report."""
+  try:
+    return runner.run_pipeline(config)
+  finally:  # A failed run gets a report too: that is when it is needed.
+    try:
+      logging.info("report: %s",
+                   write_report(config.output, config.min_slice_size))
+    except Exception:  # pylint: disable=broad-except
+      logging.exception("could not write the run report")
 
 
 def write_comparison_page(runs: Sequence[RunSummary]) -> str:

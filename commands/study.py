@@ -44,7 +44,7 @@ import tensorflow_model_analysis as tfma
 import tensorflow_transform as tft
 
 from commands import benchmark
-from commands import cli
+from commands import flags
 from pipeline import runner
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_eval_config
@@ -596,7 +596,7 @@ def write_report(rows: Sequence[Mapping[str, object]], output: str,
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
   """The `study` subcommand's flags."""
-  cli.add_input_arguments(parser, "DIR for the pipeline, study.csv/md and "
+  flags.add_input_arguments(parser, "DIR for the pipeline, study.csv/md and "
                           "figures (re-use it to resume)")
   parser.add_argument("--batch-sizes", type=benchmark.parse_int_list,
                       default=list(DEFAULT_BATCH_SIZES))
@@ -624,7 +624,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="vocabulary frequency threshold (default: per "
                       "dataset)")
   parser.add_argument("--eval-fraction", type=float, default=None)
-  cli.add_hparam_arguments(parser, "each rule maps it")
+  flags.add_hparam_arguments(parser, "each rule maps it")
 
 
 def _parse_choices(text: str, choices: Sequence[str], what: str) -> List[str]:
@@ -646,7 +646,7 @@ def _parse_models(text: str) -> List[str]:
 
 def main(args: argparse.Namespace) -> int:
   """Runs the study from parsed flags."""
-  overrides = cli.hparam_overrides(args)
+  overrides = flags.hparam_overrides(args)
   extra = {}
   if args.hidden_units:
     extra["model_options"] = {"hidden_units": tuple(args.hidden_units)}

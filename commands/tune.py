@@ -25,9 +25,9 @@ from typing import Any, Dict, List, Mapping, Tuple
 
 from matplotlib.figure import Figure
 
+from commands import report
 from components import tuner as tuner_component
 from pipeline import metadata
-from pipeline import runner
 from pipeline.config import PipelineConfig
 from trainer_module import contract
 from trainer_module import scaling
@@ -227,7 +227,7 @@ def run_tuning(config: PipelineConfig) -> TuningOutcome:
   if not config.stop_after_tuner:
     raise ValueError("the tuning job needs a config with tune and "
                      "stop_after_tuner set")
-  runner.run_pipeline(config)
+  report.run_with_report(config)
   outputs = latest_outputs(config, TUNER_NODE)
   return write_results(config, outputs["best_hyperparameters"],
                        outputs["tuner_results"])

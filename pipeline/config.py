@@ -5,11 +5,13 @@ turns it into TFX components. Defaults that depend on the dataset come from
 `trainer_module.features` specs, not from literals here.
 """
 
+import ast
 import dataclasses
 import functools
 import hashlib
 import os
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence
+from typing import Tuple
 
 from trainer_module import features
 from trainer_module import hparams
@@ -62,14 +64,81 @@ DEFAULT_MAX_AUC_BELOW_LR = 0.001
 _ROW_ESTIMATE_SAMPLE_BYTES = 1 << 20
 
 
-# The trainer_module sources the Transform graph depends on: the
-# preprocessing_fn and the field lists it reads. Changes to the model or the
-# training step must rerun the Trainer, not the (much slower) Transform.
-TRANSFORM_SOURCES = ("features.py", "preprocessing.py")
+# The project's own top-level packages: imports of anything else are
+# third-party and leave the project's import graph.
+PROJECT_PACKAGES = ("commands", "components", "pipeline", "trainer_module")
 
 
-def code_fingerprint(names: Optional[Sequence[str]] = None) -> str:
-  """A hash of trainer_module's sources (all, or the files ``names``).
+def _module_file(module: str, root: str) -> Optional[str]:
+  """The source file of project `module` under `root`, or None."""
+  path = os.path.join(root, *module.split("."))
+  for candidate in (path + ".py", os.path.join(path, "__init__.py")):
+    if os.path.isfile(candidate):
+      return candidate
+  return None
+
+
+def project_imports(module: str, root: Optional[str] = None,
+                    packages: Sequence[str] = PROJECT_PACKAGES
+                   ) -> FrozenSet[str]:
+  """The project modules `module` imports, at any depth of its code.
+
+  Read from the source (ast), so imports inside functions count as much as
+  those at the top. `from package import submodule` is an edge to the
+  submodule (what it uses), `from module import name` one to the module.
+  """
+  root = REPO_ROOT if root is None else root
+  path = _module_file(module, root)
+  with open(path, encoding="utf-8") as f:
+    tree = ast.parse(f.read(), path)
+  package = (module if path.endswith("__init__.py")
+             else module.rpartition(".")[0])
+  found = set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      found.update(alias.name for alias in node.names)
+    elif isinstance(node, ast.ImportFrom):
+      base = node.module or ""
+      if node.level:
+        parts = package.split(".")[:len(package.split(".")) - node.level + 1]
+        base = ".".join(parts + ([base] if base else []))
+      for alias in node.names:
+        submodule = f"{base}.{alias.name}"
+        found.add(submodule if _module_file(submodule, root) else base)
+  return frozenset(
+      name for name in found
+      if name.split(".")[0] in packages and name != module
+      and _module_file(name, root))
+
+
+def import_closure(module: str, root: Optional[str] = None) -> List[str]:
+  """`module` and every project module it imports, transitively, sorted."""
+  seen, todo = set(), [module]
+  while todo:
+    name = todo.pop()
+    if name not in seen:
+      seen.add(name)
+      todo.extend(project_imports(name, root))
+  return sorted(seen)
+
+
+# The dotted path of the Transform's preprocessing_fn. Its module and every
+# project module that module imports (import_closure) are the code the
+# Transform graph depends on: changes to the model or the training step must
+# rerun the Trainer, not the (much slower) Transform.
+PREPROCESSING_FN = "trainer_module.preprocessing.preprocessing_fn"
+
+
+def transform_sources() -> List[str]:
+  """The source files (relative to the repository) of preprocessing_fn's
+  module and of the project modules it imports, transitively."""
+  return [os.path.relpath(_module_file(module, REPO_ROOT), REPO_ROOT)
+          for module in import_closure(PREPROCESSING_FN.rpartition(".")[0])]
+
+
+def code_fingerprint(paths: Optional[Sequence[str]] = None) -> str:
+  """A hash of source files: `paths` (relative to the repository), or all of
+  trainer_module's.
 
   TFX caches a component by its inputs and properties, not by the code
   behind a dotted-path preprocessing_fn/run_fn, so without this a changed
@@ -77,12 +146,13 @@ def code_fingerprint(names: Optional[Sequence[str]] = None) -> str:
   Trainer. It goes into their custom_configs.
   """
   digest = hashlib.sha256()
-  root = os.path.join(REPO_ROOT, "trainer_module")
-  if names is None:
-    names = [n for n in os.listdir(root) if n.endswith(".py")]
-  for name in sorted(names):
-    with open(os.path.join(root, name), "rb") as f:
-      digest.update(name.encode() + b"\0" + f.read())
+  if paths is None:
+    paths = [os.path.join("trainer_module", name) for name in
+             os.listdir(os.path.join(REPO_ROOT, "trainer_module"))
+             if name.endswith(".py")]
+  for path in sorted(paths):
+    with open(os.path.join(REPO_ROOT, path), "rb") as f:
+      digest.update(path.encode() + b"\0" + f.read())
   return digest.hexdigest()[:16]
 
 
@@ -285,7 +355,7 @@ class PipelineConfig:
   def transform_config(self) -> Dict[str, object]:
     """custom_config of the Transform component (JSON-serialisable)."""
     return {"dataset": self.dataset,
-            "code": code_fingerprint(TRANSFORM_SOURCES),
+            "code": code_fingerprint(transform_sources()),
             "min_frequency": self.vocabulary_min_frequency}
 
   @property

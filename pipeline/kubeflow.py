@@ -18,15 +18,16 @@ its JSON job; without it, runs fall back to the cluster's minio:// root, which
 TFX's filesystems cannot write).
 """
 
-import argparse
 import dataclasses
 import os
 from typing import Any, Dict
 
+from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
 import yaml
 
-from pipeline import config as config_lib
 from pipeline.config import PipelineConfig
+from pipeline.pipeline import UNCACHED_NODES
+from pipeline.pipeline import create_pipeline
 
 # Where kubeflow/Dockerfile copies this repository inside the image.
 CONTAINER_REPO_ROOT = "/pipeline"
@@ -36,11 +37,6 @@ CONTAINER_SCHEMA_ROOT = CONTAINER_REPO_ROOT + "/schema"
 # a Vertex AI PipelineJob, which the KFP API server does not accept.
 SPEC_SUFFIXES = (".yaml", ".yml")
 
-# Environment variables that give the Beam runner flags their defaults.
-PROJECT_ENV = "GOOGLE_CLOUD_PROJECT"
-REGION_ENV = "GOOGLE_CLOUD_REGION"
-TEMP_LOCATION_ENV = "BEAM_TEMP_LOCATION"
-JOB_ENDPOINT_ENV = "BEAM_JOB_ENDPOINT"
 
 
 def _require_uri(flag: str, value: str) -> None:
@@ -76,12 +72,6 @@ def compile_pipeline(config: PipelineConfig, image: str,
     ValueError: a local data/output path, no image, or a dataset whose
       schema is missing from this checkout (and so from the image).
   """
-  # Imported here: TFX and TensorFlow load only when a compile is asked for.
-  # pylint: disable=g-import-not-at-top
-  from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
-  from pipeline.pipeline import UNCACHED_NODES
-  from pipeline.pipeline import create_pipeline
-  # pylint: enable=g-import-not-at-top
   if not image:
     raise ValueError("--image is empty: give the image built from "
                      "kubeflow/Dockerfile")
@@ -125,104 +115,3 @@ def write_pipeline_spec(spec: Dict[str, Any], path: str) -> None:
   text = yaml.safe_dump(spec, sort_keys=True)
   with open(path, "w", encoding="utf-8") as spec_file:
     spec_file.write(text)
-
-
-def config_from_args(args: argparse.Namespace) -> PipelineConfig:
-  """PipelineConfig from parsed `compile-kubeflow` arguments."""
-  # pylint: disable-next=g-import-not-at-top
-  from commands import cli
-  temp_location = args.temp_location or (
-      f"{args.output.rstrip('/')}/beam-temp")
-  beam_args = config_lib.beam_pipeline_args(
-      args.beam_runner, image=args.image, project=args.project,
-      region=args.region, temp_location=temp_location,
-      job_endpoint=args.job_endpoint,
-      environment_type=args.environment_type,
-      environment_config=args.environment_config)
-  return dataclasses.replace(
-      cli.config_from_args(args),
-      beam_args=beam_args + tuple(args.beam_args or ()),
-      trainer_gpus=args.gpus, trainer_accelerator=args.gpu_type)
-
-
-def _compile(args: argparse.Namespace) -> int:
-  config = config_from_args(args)
-  spec = compile_pipeline(config, args.image, args.for_local_run)
-  write_pipeline_spec(spec, args.spec_file)
-  gpus = (f"{config.trainer_gpus} x {config.trainer_accelerator}"
-          if config.trainer_gpus else "none")
-  print(f"wrote {args.spec_file}: KFP v2 pipeline spec "
-        f"{spec['pipelineInfo']['name']!r} "
-        f"({len(spec['root']['dag']['tasks'])} tasks)\n"
-        f"  image:          {args.image}\n"
-        f"  pipeline root:  {spec['defaultPipelineRoot']}\n"
-        f"  Beam runner:    {args.beam_runner}\n"
-        f"  Trainer GPUs:   {gpus}")
-  return 0
-
-
-def add_compile_parser(subparsers: Any) -> argparse.ArgumentParser:
-  """Registers `compile-kubeflow` (with its handler) on `subparsers`.
-
-  The training options are those of `run`; `--output` here is the spec file
-  and `--pipeline-root` replaces `run`'s output directory.
-  """
-  # pylint: disable-next=g-import-not-at-top
-  from commands import cli
-  parser = subparsers.add_parser(
-      "compile-kubeflow", conflict_handler="resolve",
-      help="compile the pipeline for Kubeflow Pipelines v2 (offline)",
-      description="Compile the pipeline with TFX's KubeflowV2DagRunner into "
-      "a KFP v2 pipeline spec (IR YAML) to upload with the KFP UI or "
-      "kfp.Client. See kubeflow/README.md.")
-  cli._add_run_arguments(parser)  # pylint: disable=protected-access
-  # Same names as `run`'s, other meanings: "resolve" replaces those.
-  parser.add_argument("--output", dest="spec_file", required=True,
-                      metavar="FILE.yaml", help="the pipeline spec to write")
-  parser.add_argument("--data", required=True, metavar="URI",
-                      help="raw data the pods can read: a directory URI "
-                      "ending in '/' (all its files), or a file or glob URI")
-  parser.add_argument("--runner", default="beam", choices=("beam",),
-                      help=argparse.SUPPRESS)
-  parser.add_argument("--image", required=True,
-                      help="image built from kubeflow/Dockerfile, as the "
-                      "cluster pulls it (pin a tag or digest)")
-  parser.add_argument("--pipeline-root", dest="output", required=True,
-                      metavar="URI",
-                      help="gs:// (or other TF filesystem) URI: artifacts go "
-                      "to URI/pipeline, pushed models to URI/serving")
-  parser.add_argument("--for-local-run", action="store_true",
-                      help="a spec for `run-compiled` on this machine: "
-                      "--data and --pipeline-root may be local paths, the "
-                      "schema is this checkout's (not the image's)")
-  parser.add_argument("--gpus", type=int, default=0,
-                      help="GPUs the Trainer's pod requests (default 0)")
-  parser.add_argument("--gpu-type", default=config_lib.DEFAULT_ACCELERATOR,
-                      help="Kubernetes resource name of the GPUs (default "
-                      "%(default)s)")
-  beam = parser.add_argument_group(
-      "Beam runner", "where the Beam-based components (ExampleGen, "
-      "StatisticsGen, Transform, Evaluator) run their Beam pipelines")
-  beam.add_argument("--beam-runner", default="direct",
-                    choices=config_lib.BEAM_RUNNERS,
-                    help="direct: inside each component's pod (default)")
-  beam.add_argument("--project", default=os.environ.get(PROJECT_ENV),
-                    help=f"dataflow: Google Cloud project (${PROJECT_ENV})")
-  beam.add_argument("--region", default=os.environ.get(REGION_ENV),
-                    help=f"dataflow: region (${REGION_ENV})")
-  beam.add_argument("--temp-location",
-                    default=os.environ.get(TEMP_LOCATION_ENV),
-                    help=f"dataflow: gs:// temp directory "
-                    f"(${TEMP_LOCATION_ENV}, else PIPELINE_ROOT/beam-temp)")
-  beam.add_argument("--job-endpoint", default=os.environ.get(JOB_ENDPOINT_ENV),
-                    help="flink/spark: host:port of the Beam job server "
-                    f"(${JOB_ENDPOINT_ENV})")
-  beam.add_argument("--environment-type", default="DOCKER",
-                    choices=config_lib.BEAM_ENVIRONMENTS,
-                    help="flink/spark: how SDK workers start (default DOCKER: "
-                    "they run --image)")
-  beam.add_argument("--environment-config", default=None,
-                    help="flink/spark: EXTERNAL: host:port of the worker "
-                    "pool; DOCKER: an image other than --image")
-  parser.set_defaults(handler=_compile)
-  return parser

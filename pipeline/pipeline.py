@@ -25,13 +25,13 @@ from components.pusher import Pusher
 from components.raw_example_gen import RawCtrExampleGen
 from components.strict_example_validator import StrictExampleValidator
 from components.tuner import CtrTuner
+from pipeline.config import PREPROCESSING_FN
 from pipeline.config import PipelineConfig
 from trainer_module.contract import ID_FREQUENCY
 from trainer_module.contract import LR_OUTPUT
 from trainer_module.contract import PREDICTION_KEY
 from trainer_module.contract import SLICING_SIGNATURE
 
-PREPROCESSING_FN = "trainer_module.preprocessing.preprocessing_fn"
 RUN_FN = "trainer_module.trainer.run_fn"
 TUNER_FN = "trainer_module.tuner.tuner_fn"
 

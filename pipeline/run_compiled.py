@@ -22,7 +22,6 @@ Docker or a cluster. It follows the open-source KFP v2 backend
 The differences with a cluster are listed in kubeflow/README.md.
 """
 
-import argparse
 import ast
 import dataclasses
 import hashlib
@@ -550,39 +549,3 @@ def run_spec(spec_path: str, root: str, run_id: Optional[str] = None,
   """Runs the spec at `spec_path` with artifacts under `root`."""
   return LocalKfpRun(load_spec(spec_path), root, run_id, env,
                      enable_cache).run()
-
-
-def _run_compiled(args: argparse.Namespace) -> int:
-  # pylint: disable-next=g-import-not-at-top
-  from commands.cli import EXIT_FAILED
-  try:
-    result = run_spec(args.spec, args.root, args.run_id,
-                      enable_cache=args.cache)
-  except (SpecError, TaskFailed) as error:
-    print(f"\nerror: {error}", file=sys.stderr)
-    return EXIT_FAILED
-  print(result.describe())
-  return 0
-
-
-def add_run_compiled_parser(subparsers: Any) -> argparse.ArgumentParser:
-  """Registers `run-compiled` (with its handler) on `subparsers`."""
-  parser = subparsers.add_parser(
-      "run-compiled", help="run a compiled KFP v2 spec on this machine",
-      description="Execute a KFP v2 pipeline spec (IR YAML, e.g. from "
-      "compile-kubeflow) locally the way the open-source KFP v2 backend "
-      "would: container and importer tasks only, in dependency order, "
-      "trigger conditions honoured, each container's own command in a "
-      "subprocess. No Docker, no cluster. Prints each task's state and its "
-      "output artifacts' metadata (e.g. the Pusher's pushed=1.0).")
-  parser.add_argument("spec", help="the pipeline spec (.yaml)")
-  parser.add_argument("--root", required=True, metavar="DIR",
-                      help="artifacts go to DIR/<run id>/<task>/")
-  parser.add_argument("--run-id", default=None,
-                      help="name of the run directory (default: time-based)")
-  parser.add_argument("--no-cache", dest="cache", action="store_false",
-                      help="run every task (default: reuse the outputs of "
-                      "an earlier run under DIR for tasks whose spec enables "
-                      "caching and whose inputs are the same, as KFP does)")
-  parser.set_defaults(handler=_run_compiled)
-  return parser

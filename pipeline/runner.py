@@ -8,7 +8,6 @@ evaluation are. `transform_once` runs it up to Transform only.
 """
 
 import dataclasses
-import logging
 import os
 from typing import List
 
@@ -20,6 +19,13 @@ from pipeline import metadata
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_pipeline
 from pipeline.pipeline import local_ir
+
+
+# Exit status of a run for schedulers (0: done, model pushed; 2: usage error,
+# argparse's): the run failed (bad input, anomalies, a component error), or
+# it finished but the model was not blessed and so not pushed.
+EXIT_FAILED = 1
+EXIT_NOT_PUSHED = 3
 
 
 class InputError(ValueError):
@@ -47,20 +53,11 @@ def read_outcome(config: PipelineConfig) -> metadata.RunOutcome:
 
 def run_pipeline(config: PipelineConfig) -> metadata.RunOutcome:
   """Runs the whole pipeline for `config` and returns its outcome."""
-  # pylint: disable-next=g-import-not-at-top
-  from commands import report  # report imports this module.
   check_input(config.data)
   os.makedirs(config.output, exist_ok=True)
   runner = (tfx.orchestration.LocalDagRunner() if config.runner == "local"
             else BeamDagRunner())
-  try:
-    runner.run_with_ir(local_ir(create_pipeline(config)))
-  finally:  # A failed run gets a report too: that is when it is needed.
-    try:
-      logging.info("report: %s",
-                   report.write_report(config.output, config.min_slice_size))
-    except Exception:  # pylint: disable=broad-except
-      logging.exception("could not write the run report")
+  runner.run_with_ir(local_ir(create_pipeline(config)))
   return read_outcome(config)
 
 

@@ -1,5 +1,5 @@
-"""Test-wide setup: pin Keras 3 as every entry point does (see commands.cli)."""
+"""Test-wide setup: Keras 3, as every entry point decides (keras_version)."""
 
-import os
+from trainer_module import keras_version
 
-os.environ["TF_USE_LEGACY_KERAS"] = "0"
+keras_version.pin_keras3()

@@ -5,7 +5,9 @@ import os
 import pytest
 
 from commands import cli
+from commands import flags
 from commands import generate
+from pipeline import runner
 
 
 def _run(tmp_path, data, *extra):
@@ -19,7 +21,7 @@ def test_arguments_become_config():
        "--model", "dcnv2", "--batch-size", "8192", "--no-cowclip",
        "--scaling-rule", "sqrt", "--zeta", "1e-3", "--runner", "local",
        "--beam-arg=--direct_num_workers=2"])
-  config = cli.config_from_args(args)
+  config = flags.config_from_args(args)
   assert (config.model, config.batch_size, config.cowclip) == ("dcnv2", 8192,
                                                                 False)
   assert config.scaling_rule == "sqrt" and config.runner == "local"
@@ -30,17 +32,17 @@ def test_arguments_become_config():
 
 
 def test_missing_input_fails_before_any_component(tmp_path, capsys):
-  assert _run(tmp_path, tmp_path / "nope.txt") == cli.EXIT_FAILED
+  assert _run(tmp_path, tmp_path / "nope.txt") == runner.EXIT_FAILED
   assert "nope.txt" in capsys.readouterr().err
   assert not (tmp_path / "out").exists()
 
 
 def test_empty_input_directory_fails_before_any_component(tmp_path, capsys):
   (tmp_path / "data").mkdir()
-  assert _run(tmp_path, tmp_path / "data") == cli.EXIT_FAILED
+  assert _run(tmp_path, tmp_path / "data") == runner.EXIT_FAILED
   assert "holds no files" in capsys.readouterr().err
   (tmp_path / "data" / "train.txt").write_text("")
-  assert _run(tmp_path, tmp_path / "data") == cli.EXIT_FAILED
+  assert _run(tmp_path, tmp_path / "data") == runner.EXIT_FAILED
   assert "is empty" in capsys.readouterr().err
 
 
@@ -52,6 +54,6 @@ def test_too_many_bad_rows_name_file_and_line(tmp_path, capsys):
   lines[41] = "\t".join(lines[41].split("\t")[:-2])  # Line 42: 38 fields.
   lines[99] = lines[99].replace("\t", "\tabc\t", 1)  # Line 100: 41 fields.
   data.write_text("\n".join(lines) + "\n")
-  assert _run(tmp_path, data) == cli.EXIT_FAILED
+  assert _run(tmp_path, data) == runner.EXIT_FAILED
   err = capsys.readouterr().err
   assert "train.txt" in err and "line 42" in err and "40" in err

@@ -23,6 +23,7 @@ from tfx.proto.orchestration import execution_result_pb2
 from commands import cli
 from commands import report
 from components import tuner as tuner_component
+from pipeline import runner
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_eval_config
 from trainer_module import contract
@@ -348,7 +349,7 @@ def test_directory_without_a_run(tmp_path, capsys):
   assert "no ML Metadata store" in run.problems[0]
   assert not os.path.exists(tmp_path / "metadata.sqlite")
   assert "no ML Metadata store" in open(report.write_run_page(run)).read()
-  assert cli.main(["report", str(tmp_path / "missing")]) == cli.EXIT_FAILED
+  assert cli.main(["report", str(tmp_path / "missing")]) == runner.EXIT_FAILED
   assert "missing is not a directory" in capsys.readouterr().err
 
 

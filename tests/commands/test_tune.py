@@ -15,9 +15,11 @@ import pytest
 from tfx import v1 as tfx
 
 from commands import cli
+from commands import flags
 from commands import generate
 from commands import tune
 from components import tuner as tuner_component
+from pipeline import runner
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_pipeline
 from trainer_module import scaling
@@ -32,7 +34,7 @@ def _config(**fields):
 
 
 def _parse(*argv):
-  return cli.config_from_args(cli.build_parser().parse_args(list(argv)))
+  return flags.config_from_args(cli.build_parser().parse_args(list(argv)))
 
 
 def test_tuning_flags_become_config(tmp_path):
@@ -56,7 +58,7 @@ def test_tuning_flags_without_tune_fail(tmp_path, capsys):
   code = cli.main(["run", "--dataset", "criteo", "--data", str(tmp_path),
                    "--output", str(tmp_path / "o"), "--trials", "3",
                    "--tuner", "hyperband"])
-  assert code == cli.EXIT_FAILED
+  assert code == runner.EXIT_FAILED
   assert "--trials, --tuner only apply with --tune" in capsys.readouterr().err
 
 
@@ -66,7 +68,7 @@ def test_bad_search_space_file_fails_naming_it(tmp_path, capsys):
   code = cli.main(["tune", "--dataset", "criteo", "--data", str(tmp_path),
                    "--output", str(tmp_path / "o"), "--search-space",
                    str(space)])
-  assert code == cli.EXIT_FAILED
+  assert code == runner.EXIT_FAILED
   err = capsys.readouterr().err
   assert str(space) in err and "'dense_lr' must be [low, high]" in err
 
@@ -257,7 +259,7 @@ def _best_values(best_hparams_dir):
 
 @pytest.mark.slow
 def test_tuner_ran_and_fed_the_trainer(tuned_run):
-  assert tuned_run["code"] in (0, cli.EXIT_NOT_PUSHED)
+  assert tuned_run["code"] in (0, runner.EXIT_NOT_PUSHED)
   states = [e.last_known_state for e in _executions(
       tuned_run["config"].output, tune.TUNER_NODE)]
   assert states == [metadata_store_pb2.Execution.COMPLETE]
@@ -348,7 +350,7 @@ def test_hparams_from_the_tuning_job_trains_without_tuning(tuned_run,
           "--hparams-from", job.output]
   argv[argv.index("--batch-size") + 1] = "512"
   code = cli.main(argv)
-  assert code in (0, cli.EXIT_NOT_PUSHED)
+  assert code in (0, runner.EXIT_NOT_PUSHED)
   config = _parse(*argv)
   tuner_states = [e.last_known_state for e in _executions(job.output,
                                                           tune.TUNER_NODE)]

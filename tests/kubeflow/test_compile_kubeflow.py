@@ -15,6 +15,7 @@ from typing import Dict, List, Tuple
 import pytest
 import yaml
 
+from commands import kfp
 from pipeline import config as config_lib
 from pipeline import kubeflow
 from pipeline import pipeline as pipeline_lib
@@ -40,7 +41,7 @@ BEAM_COMPONENTS = ("RawCtrExampleGen", "StatisticsGen", "Transform",
 
 def parse(argv: List[str]) -> argparse.Namespace:
   parser = argparse.ArgumentParser()
-  kubeflow.add_compile_parser(parser.add_subparsers(dest="command"))
+  kfp.add_compile_parser(parser.add_subparsers(dest="command"))
   return parser.parse_args(["compile-kubeflow", *argv])
 
 
@@ -202,9 +203,9 @@ def test_compiling_twice_gives_the_same_file(spec_path, tmp_path):
 def test_another_process_gives_the_same_file(spec_path, tmp_path):
   """Other hash seed, other working directory: still byte-identical."""
   out = str(tmp_path / "other.yaml")
-  code = ("import sys; from pipeline import kubeflow; "
+  code = ("import sys; from commands import kfp; "
           "import argparse; p = argparse.ArgumentParser(); "
-          "kubeflow.add_compile_parser(p.add_subparsers()); "
+          "kfp.add_compile_parser(p.add_subparsers()); "
           "a = p.parse_args(sys.argv[1:]); sys.exit(a.handler(a))")
   env = {**os.environ, "PYTHONHASHSEED": "12345", "TF_USE_LEGACY_KERAS": "0"}
   subprocess.run([sys.executable, "-c", code, "compile-kubeflow", "--output",

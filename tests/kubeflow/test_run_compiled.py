@@ -13,6 +13,7 @@ import yaml
 
 from commands import cli
 from pipeline import run_compiled
+from pipeline import runner
 
 ARTIFACT = {"schemaTitle": "system.Dataset"}
 
@@ -271,4 +272,4 @@ def test_cli_reports_the_tasks(tmp_path, capsys):
   out = capsys.readouterr().out
   assert "consume" in out and "succeeded" in out and "rows=3" in out
   assert cli.main(["run-compiled", str(tmp_path / "missing.yaml"), "--root",
-                   str(tmp_path / "root")]) == cli.EXIT_FAILED
+                   str(tmp_path / "root")]) == runner.EXIT_FAILED

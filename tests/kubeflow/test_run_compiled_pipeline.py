@@ -19,8 +19,8 @@ from sklearn.metrics import roc_auc_score
 import tensorflow_model_analysis as tfma
 
 from commands import generate
-from pipeline import kubeflow
-from pipeline import metadata
+from commands import kfp
+from pipeline import metadata as metadata_lib
 from pipeline import pipeline as pipeline_lib
 from pipeline import run_compiled
 from trainer_module import features
@@ -43,7 +43,7 @@ UPSTREAM = ("ImportSchemaGen", "RawCtrExampleGen", "StatisticsGen",
 
 def compile_spec(path, data, root, extra):
   parser = argparse.ArgumentParser()
-  kubeflow.add_compile_parser(parser.add_subparsers())
+  kfp.add_compile_parser(parser.add_subparsers())
   args = parser.parse_args(["compile-kubeflow", "--output", str(path),
                             "--data", str(data) + "/", "--pipeline-root",
                             str(root), *COMMON, *extra])
@@ -140,7 +140,7 @@ def test_second_run_gates_against_the_first_runs_pushed_model(runs):
   assert blessing["blessed"] == 0
   assert blessing["baseline_model"] == (
       second.tasks[pipeline_lib.BASELINE_ID].artifacts["model"]["uri"])
-  checks = metadata.failed_checks(
+  checks = metadata_lib.failed_checks(
       second.tasks["Evaluator"].artifacts["evaluation"]["uri"])
   assert any("vs the last blessed model" in check for check in checks), checks
 

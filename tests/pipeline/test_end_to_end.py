@@ -23,6 +23,7 @@ from commands import generate
 from commands import report
 from components import lr_gate
 from pipeline import metadata
+from pipeline import runner
 from trainer_module import contract
 from trainer_module import features
 
@@ -185,7 +186,7 @@ def test_gate_blocks_a_model_below_the_auc_floor(finished_run, capsys):
   first = output / "serving" / before[0] / "saved_model.pb"
   stamp = first.stat().st_mtime_ns
   assert run_cli(dataset, data, output, "--min-auc", "0.99") == (
-      cli.EXIT_NOT_PUSHED)
+      runner.EXIT_NOT_PUSHED)
   out = capsys.readouterr().out
   assert "not pushed: auc 0." in out and "< min 0.9900 (Overall)" in out
   assert _pushed_versions(output) == before
@@ -199,6 +200,6 @@ def test_gate_blocks_a_model_worse_than_the_blessed_baseline(finished_run,
   # One epoch at a 1000x smaller embedding lr: clearly worse than baseline.
   code = run_cli(dataset, data, output, "--epochs", "1", "--embed-lr", "1e-5")
   out = capsys.readouterr().out
-  assert code == cli.EXIT_NOT_PUSHED, out
+  assert code == runner.EXIT_NOT_PUSHED, out
   assert "auc changed by -0." in out and "vs the last blessed model" in out
   assert _pushed_versions(output) == before

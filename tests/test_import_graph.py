@@ -1,0 +1,89 @@
+"""No project module imports another that imports it back (read by ast).
+
+Function-level imports count: an import moved into a function still runs,
+and still closes a cycle.
+"""
+
+import os
+from typing import Dict, FrozenSet, List, Optional, Sequence
+
+from pipeline import config as config_lib
+
+
+def _modules(root: str, packages: Sequence[str]) -> List[str]:
+  """Every module (package __init__ included) of `packages` under `root`."""
+  modules = []
+  for package in packages:
+    for directory, _, files in os.walk(os.path.join(root, package)):
+      relative = os.path.relpath(directory, root).replace(os.sep, ".")
+      for name in files:
+        if name == "__init__.py":
+          modules.append(relative)
+        elif name.endswith(".py"):
+          modules.append(f"{relative}.{name[:-3]}")
+  return sorted(modules)
+
+
+def _graph(root: str, packages: Sequence[str]) -> Dict[str, FrozenSet[str]]:
+  return {module: config_lib.project_imports(module, root, packages)
+          for module in _modules(root, packages)}
+
+
+def _cycle(graph: Dict[str, FrozenSet[str]]) -> Optional[List[str]]:
+  """One import cycle (a path that returns to its start), or None."""
+  state = {}  # module -> "open" (on the current path) or "done".
+
+  def visit(module, path):
+    state[module] = "open"
+    for imported in sorted(graph.get(module, ())):
+      if state.get(imported) == "open":
+        return path[path.index(imported):] + [imported]
+      if imported not in state:
+        found = visit(imported, path + [imported])
+        if found:
+          return found
+    state[module] = "done"
+    return None
+
+  for module in sorted(graph):
+    if module not in state:
+      found = visit(module, [module])
+      if found:
+        return found
+  return None
+
+
+def test_the_project_has_no_import_cycle():
+  graph = _graph(config_lib.REPO_ROOT, config_lib.PROJECT_PACKAGES)
+  assert "commands.cli" in graph and "pipeline.metadata" in graph
+  assert "pipeline.runner" in graph["commands.cli"]
+  assert _cycle(graph) is None, " -> ".join(_cycle(graph))
+
+
+def test_only_the_entry_point_imports_the_commands():
+  """pipeline, components and trainer_module stand without the tools;
+  `python -m pipeline` (pipeline/__main__.py) is the CLI's entry point."""
+  graph = _graph(config_lib.REPO_ROOT, config_lib.PROJECT_PACKAGES)
+  upward = {module: sorted(i for i in imported if i.startswith("commands."))
+            for module, imported in graph.items()
+            if not module.startswith("commands")}
+  assert {m: i for m, i in upward.items() if i} == {
+      "pipeline.__main__": ["commands.cli"]}
+
+
+def test_a_cycle_through_a_function_level_import_is_found(tmp_path):
+  package = tmp_path / "cyclic"
+  package.mkdir()
+  (package / "__init__.py").write_text("")
+  (package / "first.py").write_text("from cyclic import second\n")
+  (package / "second.py").write_text(
+      "import os\n\n\ndef late():\n  from cyclic.first import name\n"
+      "  return name\n")
+  (package / "third.py").write_text("from . import second\n")
+  graph = _graph(str(tmp_path), ("cyclic",))
+  assert graph["cyclic.first"] == {"cyclic.second"}
+  assert graph["cyclic.second"] == {"cyclic.first"}
+  assert graph["cyclic.third"] == {"cyclic.second"}
+  assert _cycle(graph) == ["cyclic.first", "cyclic.second", "cyclic.first"]
+  (package / "second.py").write_text("import os\n")
+  assert _cycle(_graph(str(tmp_path), ("cyclic",))) is None
