@@ -1,5 +1,6 @@
 """PipelineConfig: the code fingerprint that keeps the TFX cache honest."""
 
+import dataclasses
 import shutil
 
 import pytest
@@ -105,3 +106,50 @@ def test_auto_hparams_skip_the_overridden_keys():
   with pytest.raises(ValueError, match="max_auc_below_lr must be >= 0"):
     config_lib.PipelineConfig(dataset="criteo", data="d", output="o",
                               max_auc_below_lr=-0.1)
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"dataset": "kdd"}, "unknown dataset 'kdd'"),
+    ({"runner": "airflow"}, "unknown runner 'airflow'"),
+    ({"split": "random"}, "unknown split 'random'"),
+    ({"batch_size": 0}, "batch_size must be a positive integer"),
+    ({"epochs": 0}, "epochs must be a positive integer"),
+    ({"model": "xgboost"}, "unknown model 'xgboost'"),
+    ({"scaling_rule": "cube"}, "unknown scaling rule 'cube'"),
+    ({"embedding_update": "lazy"}, "unknown embedding_update 'lazy'"),
+    ({"cowclip_variant": "new"}, "unknown CowClip variant 'new'"),
+    ({"hparams": {"lr": 1.0}}, "unknown hyperparameters ['lr']"),
+    ({"hparams": {"l2": -1.0}}, "l2 must be a finite number >= 0"),
+    ({"model_options": {"hidden_units": ()}}, "hidden_units must not be empty"),
+    ({"trainer_gpus": -1}, "trainer_gpus must be >= 0"),
+    ({"trainer_gpus": 1, "trainer_accelerator": ""},
+     "trainer_accelerator is empty"),
+    ({"calibration_band": (1.1, 0.9)}, "calibration band must be"),
+    ({"frequency_thresholds": (100, 10)}, "0 < rare < frequent"),
+    ({"frequency_field": "I1"}, "frequency field 'I1' is not 'all'"),
+    ({"slice_features": ("I1",)}, "cannot slice by ['I1']"),
+])
+def test_config_rules_name_the_bad_field(fields, message):
+  with pytest.raises(ValueError) as error:
+    config_lib.PipelineConfig(**{"dataset": "criteo", "data": "d",
+                                 "output": "o", **fields})
+  assert message in str(error.value)
+
+
+def test_config_holds_the_trainers_typed_settings():
+  config = config_lib.PipelineConfig(
+      dataset="avazu", data="d", output="o", model="dcn", batch_size=4096,
+      hparams={"r": 2.0}, embedding_update="sparse",
+      model_options={"embedding_dim": 16}, frequency_field="banner_pos")
+  settings = config.trainer_settings
+  assert (settings.model, settings.batch_size, settings.embedding_update,
+          settings.frequency_field) == ("dcn", 4096, "sparse", "banner_pos")
+  assert settings.base_hparams == {**config.spec.base_hparams, "r": 2.0}
+  assert settings.model_options.embedding_dim == 16
+  # The Trainer's custom_config is these settings plus the code fingerprint.
+  custom_config = config.trainer_config
+  assert custom_config["code"] == config_lib.code_fingerprint()
+  read_back = config_lib.settings.TrainerSettings.from_custom_config(
+      custom_config)
+  assert read_back == dataclasses.replace(settings,
+                                          code=custom_config["code"])
