@@ -9,7 +9,7 @@ cost grows with the table size, the sparse update's should not).
 
 Inputs: a raw file in the dataset's layout (generated with commands.generate
 when none is given) goes once through the pipeline's own ingestion and
-Transform (pipeline.runner.transform_once, in a temporary directory): the
+Transform (commands.study_data.transform_once, in a temporary directory): the
 benchmark trains on what the Trainer would read, with the vocabulary
 threshold ``min_frequency``. Transform itself is not timed: it runs once per
 dataset.
@@ -51,14 +51,14 @@ import tensorflow_transform as tft
 
 from commands import data_benchmark
 from commands import generate
-from pipeline import runner
+from commands import study_data
 from pipeline.config import PipelineConfig
 from trainer_module import cowclip
 from trainer_module import features
 from trainer_module import models
+from trainer_module import settings
 from trainer_module import trainer
 from trainer_module import training
-from trainer_module.settings import TrainerSettings
 
 COLUMNS = ("model", "batch_size", "precision", "embedding_update", "cowclip",
            "vocab_scale", "vocab_rows", "steps", "seconds_per_step",
@@ -104,10 +104,10 @@ def transform(spec: features.DatasetSpec, path: str, min_frequency: int,
   """
   config = PipelineConfig(dataset=spec.name, data=path, output=work_dir,
                           min_frequency=min_frequency)
-  inputs = runner.transform_once(config)
+  inputs = study_data.transform_once(config)
   return TransformedData(
       tft.TFTransformOutput(inputs.transform_graph),
-      tuple(runner.split_files(inputs.transformed_examples, "train")))
+      tuple(study_data.split_files(inputs.transformed_examples, "train")))
 
 
 def benchmark_cases(batch_sizes: Sequence[int],
@@ -117,11 +117,11 @@ def benchmark_cases(batch_sizes: Sequence[int],
   """Every batch x precision x update x CowClip, then the larger vocabulary
   at the first batch size (vocab_scale 1 skips those)."""
   cases = [BenchmarkCase(b, update, clip, precision=p) for b in batch_sizes
-           for p in precisions for update in training.EMBEDDING_UPDATES
+           for p in precisions for update in settings.EMBEDDING_UPDATES
            for clip in (True, False)]
   if vocab_scale > 1:
     cases += [BenchmarkCase(batch_sizes[0], update, clip, vocab_scale, p)
-              for p in precisions for update in training.EMBEDDING_UPDATES
+              for p in precisions for update in settings.EMBEDDING_UPDATES
               for clip in (True, False)]
   return cases
 
@@ -249,7 +249,7 @@ def time_training_step(model_name: str, spec: features.DatasetSpec,
   if warmup_steps < 1 or steps < 1:
     raise ValueError(f"warmup_steps and steps must be >= 1, got "
                      f"{warmup_steps} and {steps}")
-  settings = TrainerSettings(
+  trainer_settings = settings.TrainerSettings(
       dataset=spec.name, model=model_name, batch_size=case.batch_size,
       epochs=1, cowclip=case.cowclip, embedding_update=case.embedding_update,
       model_options=dataclasses.replace(options, precision=case.precision),
@@ -264,7 +264,8 @@ def time_training_step(model_name: str, spec: features.DatasetSpec,
   clock = training.ThroughputLogger(case.batch_size,
                                     warmup_steps=warmup_steps)
   model, record = trainer.train(
-      settings, dataclasses.replace(split, train=split.train.repeat()),
+      trainer_settings,
+      dataclasses.replace(split, train=split.train.repeat()),
       data.tf_transform_output, seed=0, epoch_steps=warmup_steps + steps,
       vocab_scale=case.vocab_scale, callbacks=[clock], verbose=0)
   step = clock.timed_seconds / clock.timed_steps

@@ -27,6 +27,8 @@ from commands import flags
 from commands import generate
 from commands import kfp
 from commands import report
+from commands import report_reading
+from commands import report_text
 from commands import study
 from commands import tune
 from pipeline import config as config_lib
@@ -82,12 +84,12 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-  run = report.read_run(args.dir, args.min_slice_size)
-  print(report.describe(run))
+  run = report_reading.read_run(args.dir, args.min_slice_size)
+  print(report_text.describe(run))
   print(f"report:    {report.write_run_page(run)}")
   if args.compare:
-    runs = [run, report.read_run(args.compare, args.min_slice_size)]
-    print("\n" + report.describe_comparison(runs))
+    runs = [run, report_reading.read_run(args.compare, args.min_slice_size)]
+    print("\n" + report_text.describe_comparison(runs))
     print(f"compare:   {report.write_comparison_page(runs)}")
   return 0
 

@@ -24,7 +24,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import psutil
 
 from commands import generate
-from commands import report
+from commands import report_reading
 from pipeline import metadata
 
 SAMPLE_SECONDS = 0.5
@@ -170,7 +170,8 @@ def run_data_benchmark(rows: int, work_dir: str, dataset: str = "criteo",
   if any(t.name == "Evaluator" for t in timings):
     outcome_evaluation = metadata.read_outcome_at(metadata_path).evaluation
   if outcome_evaluation:
-    auc = report.read_evaluation(outcome_evaluation).overall.get("auc")
+    auc = report_reading.read_evaluation(
+        outcome_evaluation).overall.get("auc")
   return {"rows": rows, "dataset": dataset, "command": command,
           "exit_status": status, "seconds": seconds,
           "generate_seconds": generate_seconds, "timings": timings,

@@ -28,48 +28,31 @@ are rewritten from the whole CSV after every run.
 """
 
 import argparse
-import csv
 import dataclasses
 import math
 import os
 import statistics
 import time
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from apache_beam.options.pipeline_options import PipelineOptions
 import keras
-from matplotlib.figure import Figure
-import numpy as np
-import tensorflow_model_analysis as tfma
 import tensorflow_transform as tft
 
 from commands import benchmark
 from commands import flags
-from pipeline import runner
+from commands import study_data
+from commands import study_evaluation
+from commands import study_results
+from commands.study_data import TransformedInputs
 from pipeline.config import PipelineConfig
-from pipeline.pipeline import create_eval_config
-from trainer_module import contract
 from trainer_module import models
 from trainer_module import scaling
 from trainer_module import settings
 from trainer_module import trainer
 from trainer_module import training
 
-BUCKETS = contract.FREQUENCY_BUCKETS
 DEFAULT_BATCH_SIZES = (1024, 4096, 16384, 65536)
 DEFAULT_RULES = ("none", "sqrt", "linear", "n2-lambda", "cowclip")
-
-COLUMNS = (
-    ("run", "model", "rule", "cowclip", "batch_size", "seed", "epochs",
-     "epochs_run", "best_epoch",
-     "embedding_update", "dense_lr", "embed_lr", "l2", "train_examples",
-     "eval_examples", "steps", "train_seconds", "epoch_seconds",
-     "examples_per_second", "diverged", "final_train_loss", "clipped_fraction",
-     "auc", "logloss",
-     "mean_prediction", "mean_label", "calibration") +
-    tuple(f"{kind}_{b}" for b in BUCKETS for kind in ("auc", "examples")))
-_TEXT_COLUMNS = ("run", "model", "rule", "embedding_update")
-_BOOL_COLUMNS = ("cowclip", "diverged")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,118 +92,11 @@ def study_runs(model_names: Sequence[str], rules: Sequence[str],
           for rule, clip in variants for b in batch_sizes for seed in seeds]
 
 
-def run_label(rule: str, cowclip: bool) -> str:
-  """How a (rule, CowClip) variant is named in tables and figures."""
-  if cowclip == (rule == "cowclip"):
-    return rule
-  return f"{rule} ({'with' if cowclip else 'no'} clipping)"
-
-
-# ------------------------------------------------------------- evaluation --
-
-
-def study_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
-  """The Evaluator's config, cut to what the study reports.
-
-  Same candidate model spec (serving and id-frequency signatures), metrics
-  and options, but: no baseline and no change thresholds (a study run has no
-  baseline model, and TFMA refuses change thresholds without one; the
-  Evaluator rubber-stamps a first run instead), no plots, and only the
-  overall and id-frequency slices. With the plots and the per-feature
-  slices, TFMA took over 2 minutes per model on 60k eval examples here,
-  longer than training.
-  """
-  eval_config = tfma.EvalConfig()
-  eval_config.CopyFrom(create_eval_config(config))
-  candidates = [m for m in eval_config.model_specs if not m.is_baseline]
-  del eval_config.model_specs[:]
-  eval_config.model_specs.extend(candidates)
-  eval_config.model_specs[0].ClearField("name")  # The one model evaluated.
-  kept = [s for s in eval_config.slicing_specs
-          if list(s.feature_keys) in ([], [contract.ID_FREQUENCY])]
-  del eval_config.slicing_specs[:]
-  eval_config.slicing_specs.extend(kept)
-  for spec in eval_config.metrics_specs:
-    metrics = [m for m in spec.metrics if not m.class_name.endswith("Plot")]
-    del spec.metrics[:]
-    spec.metrics.extend(metrics)
-    for metric in spec.metrics:
-      for threshold in metric.per_slice_thresholds:
-        threshold.threshold.ClearField("change_threshold")
-  return eval_config
-
-
-def _slice_name(slice_key) -> str:
-  """'' for the overall slice, else 'feature=value'."""
-  return ",".join(
-      f"{feature}={value.decode() if isinstance(value, bytes) else value}"
-      for feature, value in slice_key)
-
-
-def tfma_metrics(serving_dir: str, eval_config: tfma.EvalConfig,
-                 eval_pattern: str, output_path: str,
-                 beam_args: Sequence[str]) -> Dict[str, Dict[str, float]]:
-  """{slice name: {metric: value}} of one exported model, as the Evaluator
-  computes them ('' is the overall slice)."""
-  result = tfma.run_model_analysis(
-      eval_shared_model=tfma.default_eval_shared_model(
-          eval_saved_model_path=serving_dir, eval_config=eval_config),
-      eval_config=eval_config, data_location=eval_pattern,
-      file_format="tfrecords", output_path=output_path,
-      pipeline_options=PipelineOptions(list(beam_args)))
-  slices = model_metrics_by_slice(result.slicing_metrics)
-  if "" not in slices:
-    raise LookupError(f"TFMA wrote no overall slice to {output_path}")
-  return slices
-
-
-def model_metrics_by_slice(slicing_metrics) -> Dict[str, Dict[str, float]]:
-  """{slice name: {metric: value}} of the model's output from TFMA's
-  EvalResult.slicing_metrics (the logistic-regression output left out)."""
-  slices = {}
-  for slice_key, by_output in slicing_metrics:
-    values = slices.setdefault(_slice_name(slice_key), {})
-    # {output: {sub key: {metric: value}}}. The model's output is "" (the
-    # model spec's prediction_key), the logistic regression's is not read.
-    for metrics in by_output.get("", {}).values():
-      for name, value in metrics.items():
-        # TFMA writes its own metrics as {"doubleValue": x}, a custom
-        # metric's float (components.lr_gate) as the number itself.
-        if isinstance(value, (int, float)):
-          values[name] = float(value)
-        elif "doubleValue" in value:
-          values[name] = value["doubleValue"]
-  return slices
-
-
-def metrics_row(slices: Mapping[str, Mapping[str, float]]
-               ) -> Dict[str, float]:
-  """The study.csv metric columns from tfma_metrics' slices.
-
-  A bucket below the eval config's min_slice_size is not reported: NaN.
-  """
-  overall = slices[""]
-  row = {"auc": overall.get("auc", math.nan),
-         "logloss": overall.get("binary_crossentropy", math.nan),
-         "mean_prediction": overall.get("mean_prediction", math.nan),
-         "mean_label": overall.get("mean_label", math.nan),
-         "calibration": overall.get("calibration", math.nan),
-         "eval_examples": overall.get("example_count", math.nan)}
-  for bucket in BUCKETS:
-    values = slices.get(f"{contract.ID_FREQUENCY}={bucket}", {})
-    row[f"auc_{bucket}"] = values.get("auc", math.nan)
-    row[f"examples_{bucket}"] = values.get("example_count", math.nan)
-  return row
-
-
-# ---------------------------------------------------------------- training --
-
-
 @dataclasses.dataclass(frozen=True)
 class StudySetup:
   """What every run of one study shares."""
   config: PipelineConfig
-  inputs: runner.TransformedInputs
+  inputs: TransformedInputs
   tf_transform_output: tft.TFTransformOutput
   train_files: Tuple[str, ...]
   baseline: Optional[keras.Model]  # None when every run is done.
@@ -293,214 +169,11 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
   trainer.export_serving_model(model, setup.baseline,
                                setup.tf_transform_output, trainer_settings,
                                serving_dir)
-  row.update(metrics_row(tfma_metrics(
-      serving_dir, study_eval_config(config),
-      runner.split_pattern(setup.inputs.raw_examples, "eval"),
+  row.update(study_evaluation.metrics_row(study_evaluation.tfma_metrics(
+      serving_dir, study_evaluation.study_eval_config(config),
+      study_data.split_pattern(setup.inputs.raw_examples, "eval"),
       os.path.join(run_dir, "tfma"), config.beam_args)))
   return row
-
-
-# --------------------------------------------------------------- study.csv --
-
-
-def read_rows(path: str) -> List[Dict[str, object]]:
-  """The rows of a study.csv (numbers and booleans parsed); [] if absent."""
-  if not os.path.exists(path):
-    return []
-  rows = []
-  with open(path, newline="") as f:
-    reader = csv.DictReader(f)
-    missing = set(COLUMNS) - set(reader.fieldnames or ())
-    if missing:
-      raise ValueError(f"{path}: not a study.csv of this version, missing "
-                       f"columns {sorted(missing)}")
-    for line_number, raw in enumerate(reader, start=2):
-      row = {}
-      for name in COLUMNS:
-        value = raw[name]
-        if name in _TEXT_COLUMNS:
-          row[name] = value
-        elif name in _BOOL_COLUMNS:
-          if value not in ("True", "False"):
-            raise ValueError(f"{path}:{line_number}: column {name!r} must "
-                             f"be True or False, got {value!r}")
-          row[name] = value == "True"
-        else:
-          try:
-            row[name] = float(value) if value != "" else math.nan
-          except ValueError:
-            raise ValueError(f"{path}:{line_number}: column {name!r} is "
-                             f"not a number: {value!r}") from None
-      rows.append(row)
-  return rows
-
-
-def append_row(path: str, row: Mapping[str, object]) -> None:
-  """Appends one run (header first if the file is new; NaN as empty, as
-  read_rows reads it) and flushes it."""
-  new = not os.path.exists(path)
-  with open(path, "a", newline="") as f:
-    writer = csv.DictWriter(f, fieldnames=COLUMNS, restval="")
-    if new:
-      writer.writeheader()
-    writer.writerow({k: "" if isinstance(v, float) and math.isnan(v) else v
-                     for k, v in row.items()})
-
-
-# ------------------------------------------------------------------ report --
-
-
-def _group(rows: Iterable[Mapping[str, object]]
-          ) -> Dict[Tuple[str, str, int], List[Mapping[str, object]]]:
-  """Rows by (model, variant label, batch size), in first-seen order."""
-  groups = {}
-  for row in rows:
-    key = (row["model"], run_label(row["rule"], row["cowclip"]),
-           int(row["batch_size"]))
-    groups.setdefault(key, []).append(row)
-  return groups
-
-
-def _mean_spread(values: Sequence[float]) -> Tuple[float, float]:
-  """Mean and sample standard deviation (0 for a single value)."""
-  mean = statistics.mean(values)
-  return mean, statistics.stdev(values) if len(values) > 1 else 0.0
-
-
-def _cell(rows: Sequence[Mapping[str, object]], column: str,
-          digits: int = 4) -> str:
-  """'mean ± std' over the finished seeds; diverged seeds are named."""
-  values = [r[column] for r in rows
-            if not r["diverged"] and not math.isnan(r[column])]
-  diverged = sum(bool(r["diverged"]) for r in rows)
-  if not values:
-    return "diverged" if diverged else "n/a"
-  mean, spread = _mean_spread(values)
-  text = f"{mean:,.{digits}f}" + (
-      f" ± {spread:,.{digits}f}" if len(values) > 1 else "")
-  return text + (f" ({diverged}/{len(rows)} diverged)" if diverged else "")
-
-
-def _table(groups, model: str, column: str, digits: int) -> List[str]:
-  labels = list(dict.fromkeys(l for m, l, _ in groups if m == model))
-  batches = sorted({b for m, _, b in groups if m == model})
-  lines = ["| rule | " + " | ".join(str(b) for b in batches) + " |",
-           "|---" * (len(batches) + 1) + "|"]
-  for label in labels:
-    cells = [_cell(groups[(model, label, b)], column, digits)
-             if (model, label, b) in groups else "" for b in batches]
-    lines.append(f"| {label} | " + " | ".join(cells) + " |")
-  return lines
-
-
-def markdown_report(rows: Sequence[Mapping[str, object]],
-                    header: Sequence[str]) -> str:
-  """study.md: AUC, log loss, calibration, speed and bucket AUC tables."""
-  groups = _group(rows)
-  lines = ["# Batch-size scaling study", "", *header, ""]
-  for model in dict.fromkeys(m for m, _, _ in groups):
-    for title, column, digits in (
-        ("Eval AUC", "auc", 4), ("Eval log loss", "logloss", 4),
-        ("Calibration (mean prediction / mean label)", "calibration", 3),
-        ("Share of embedding-row updates CowClip clipped (mean over "
-         "epochs)", "clipped_fraction", 4),
-        ("Training examples/second", "examples_per_second", 0),
-        ("Seconds per epoch (compile excluded)", "epoch_seconds", 1),
-        ("Training wall seconds (compile included)", "train_seconds", 1)):
-      lines += [f"## {model}: {title}", "",
-                *_table(groups, model, column, digits), ""]
-    batches = sorted({b for m, _, b in groups if m == model})
-    for batch in sorted({batches[0], batches[-1]}):
-      lines += [f"## {model}: eval AUC by id frequency, batch {batch}", "",
-                "| rule | " + " | ".join(BUCKETS) + " |",
-                "|---" * (len(BUCKETS) + 1) + "|"]
-      for (m, label, b), members in groups.items():
-        if m == model and b == batch:
-          cells = [_cell(members, f"auc_{name}") for name in BUCKETS]
-          lines.append(f"| {label} | " + " | ".join(cells) + " |")
-      finished = [r for (m, _, b), members in groups.items()
-                  if m == model and b == batch for r in members
-                  if not r["diverged"]]
-      if finished:
-        counts = [finished[0][f"examples_{name}"] for name in BUCKETS]
-        lines += ["", "Eval examples per bucket: " + ", ".join(
-            f"{name} {'< min slice size' if math.isnan(n) else int(n)}"
-            for name, n in zip(BUCKETS, counts))]
-      lines.append("")
-  return "\n".join(lines)
-
-
-def _series(groups, model: str, column: str):
-  """{label: (batch sizes, means, stds)} of the finished runs."""
-  series = {}
-  for (m, label, batch), members in groups.items():
-    values = [r[column] for r in members
-              if not r["diverged"] and not math.isnan(r[column])]
-    if m == model and values:
-      mean, spread = _mean_spread(values)
-      series.setdefault(label, []).append((batch, mean, spread))
-  return {label: tuple(zip(*sorted(points)))
-          for label, points in series.items()}
-
-
-def write_figures(rows: Sequence[Mapping[str, object]], output: str
-                 ) -> List[str]:
-  """AUC and epoch time vs batch size, and bucket AUC at both batch ends."""
-  groups = _group(rows)
-  model_names = list(dict.fromkeys(m for m, _, _ in groups))
-  paths = []
-  for name, column, ylabel in (
-      ("auc_vs_batch.png", "auc", "eval AUC"),
-      ("epoch_time_vs_batch.png", "epoch_seconds", "seconds per epoch")):
-    figure = Figure(figsize=(6 * len(model_names), 4.5))
-    for i, model in enumerate(model_names):
-      axes = figure.add_subplot(1, len(model_names), i + 1)
-      for label, (batches, means, spreads) in _series(
-          groups, model, column).items():
-        axes.errorbar(batches, means, yerr=spreads, marker="o", capsize=3,
-                      label=label)
-      axes.set_xscale("log", base=2)
-      axes.set_xlabel("batch size")
-      axes.set_ylabel(ylabel)
-      axes.set_title(model)
-      axes.grid(True, alpha=0.3)
-      axes.legend(fontsize="small")
-    figure.tight_layout()
-    paths.append(os.path.join(output, name))
-    figure.savefig(paths[-1], dpi=110)
-
-  figure = Figure(figsize=(12, 4.5 * len(model_names)))
-  for i, model in enumerate(model_names):
-    batches = sorted({b for m, _, b in groups if m == model})
-    for j, batch in enumerate(sorted({batches[0], batches[-1]})):
-      axes = figure.add_subplot(len(model_names), 2, 2 * i + j + 1)
-      labels = [l for m, l, b in groups if m == model and b == batch]
-      width = 0.8 / max(len(labels), 1)
-      for k, label in enumerate(labels):
-        means = []
-        for bucket in BUCKETS:
-          values = [r[f"auc_{bucket}"] for r in groups[(model, label, batch)]
-                    if not r["diverged"] and not math.isnan(r[f"auc_{bucket}"])]
-          means.append(statistics.mean(values) if values else math.nan)
-        axes.bar(np.arange(len(BUCKETS)) + k * width, means, width,
-                 label=label)
-      axes.set_xticks(np.arange(len(BUCKETS)) + 0.4 - width / 2)
-      axes.set_xticklabels(BUCKETS)
-      finite = [v for bars in axes.containers for v in bars.datavalues
-                if not math.isnan(v)]
-      if finite:
-        axes.set_ylim(max(0.0, min(finite) - 0.02),
-                      min(1.0, max(finite) + 0.02))
-      axes.set_ylabel("eval AUC")
-      axes.set_title(f"{model}, batch {batch}: AUC by id frequency")
-      axes.legend(fontsize="small")
-  figure.tight_layout()
-  paths.append(os.path.join(output, "auc_by_frequency.png"))
-  figure.savefig(paths[-1], dpi=110)
-  return paths
-
-
-# -------------------------------------------------------------------- main --
 
 
 def _training_signature(row: Mapping[str, object]) -> Tuple:
@@ -552,13 +225,13 @@ def run_study(config: PipelineConfig, runs: Sequence[StudyRun],
     All rows of study.csv.
   """
   csv_path = os.path.join(config.output, "study.csv")
-  rows = read_rows(csv_path)
+  rows = study_results.read_rows(csv_path)
   done = {r["run"] for r in rows}
   todo = [r for r in runs if r.key not in done]
   print(f"study: {len(runs) - len(todo)} of {len(runs)} runs already in "
         f"{csv_path}", flush=True)
-  inputs = runner.transform_once(config)
-  train_files = runner.split_files(inputs.transformed_examples, "train")
+  inputs = study_data.transform_once(config)
+  train_files = study_data.split_files(inputs.transformed_examples, "train")
   tf_transform_output = tft.TFTransformOutput(inputs.transform_graph)
   setup = StudySetup(
       config=config, inputs=inputs, tf_transform_output=tf_transform_output,
@@ -573,11 +246,12 @@ def run_study(config: PipelineConfig, runs: Sequence[StudyRun],
     else:
       print(f"study: run {i}/{len(todo)}: {run.key} trains exactly as a "
             "finished run: its results are reused", flush=True)
-    append_row(csv_path, row)
+    study_results.append_row(csv_path, row)
     print(f"study: {run.key}: auc {row.get('auc', math.nan):.4f} "
           f"logloss {row.get('logloss', math.nan):.4f} "
           f"{row['train_seconds']:.1f} s", flush=True)
-    rows = read_rows(csv_path)  # Parsed as a resumed study would see them.
+    # Parsed as a resumed study would see them.
+    rows = study_results.read_rows(csv_path)
     write_report(rows, config.output, header)
   if not todo:
     write_report(rows, config.output, header)
@@ -590,8 +264,8 @@ def write_report(rows: Sequence[Mapping[str, object]], output: str,
   if not rows:
     return
   with open(os.path.join(output, "study.md"), "w") as f:
-    f.write(markdown_report(rows, header) + "\n")
-  write_figures(rows, output)
+    f.write(study_results.markdown_report(rows, header) + "\n")
+  study_results.write_figures(rows, output)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -9,7 +9,7 @@ writes to the output DIR, next to DIR/pipeline and DIR/metadata.sqlite:
   best_hyperparameters/best_hyperparameters.txt
                               the Tuner's artifact as is, which
                               `run --hparams-from DIR` imports
-  trials.csv, trials.json     one row per trial (trainer_module.tuner)
+  trials.csv, trials.json     one row per trial (components.tuner)
   trials.png                  val_auc per trial, and the best so far
 
 The values are BASE hyperparameters (at the dataset's base batch size): the

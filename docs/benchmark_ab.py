@@ -11,7 +11,10 @@ first run:
 Each case is batch:update:cowclip(on|off):vocab_scale. It calls the
 checkout's own commands.benchmark.time_training_step (pipeline.benchmark
 before the commands/ room; commit 22f48f6 has the same function without
-precisions and step components).
+precisions and step components). It needs the benchmark's former in-memory
+transform (load_transformed, _StepClock): checkouts from the issue #12
+contract on time trainer.train on the real Transform output instead, with
+`python -m pipeline benchmark`.
 """
 
 import argparse

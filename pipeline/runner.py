@@ -4,14 +4,11 @@
 `create_pipeline(config)` with BeamDagRunner (Beam DirectRunner) or
 LocalDagRunner, and reads the outcome back from ML Metadata
 (pipeline.metadata): where the pushed model, the metadata store and the
-evaluation are. `transform_once` runs it up to Transform only.
+evaluation are.
 """
 
-import dataclasses
 import os
-from typing import List
 
-import tensorflow as tf
 from tfx import v1 as tfx
 from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
 
@@ -59,44 +56,3 @@ def run_pipeline(config: PipelineConfig) -> metadata.RunOutcome:
             else BeamDagRunner())
   runner.run_with_ir(local_ir(create_pipeline(config)))
   return read_outcome(config)
-
-
-@dataclasses.dataclass(frozen=True)
-class TransformedInputs:
-  """URIs of what ExampleGen and Transform produced (transform_once)."""
-  raw_examples: str
-  transformed_examples: str
-  transform_graph: str
-
-
-def split_pattern(examples_uri: str, split: str) -> str:
-  """The file pattern of one split of an Examples artifact."""
-  return os.path.join(examples_uri, f"Split-{split}", "*")
-
-
-def split_files(examples_uri: str, split: str) -> List[str]:
-  """The record files of one split of an Examples artifact."""
-  pattern = split_pattern(examples_uri, split)
-  files = sorted(tf.io.gfile.glob(pattern))
-  if not files:
-    raise FileNotFoundError(f"no {split} examples match {pattern}")
-  return files
-
-
-def transform_artifacts(config: PipelineConfig) -> TransformedInputs:
-  """The inputs and outputs of the latest finished Transform execution."""
-  uris = metadata.node_artifacts(config.metadata_path, config.pipeline_name,
-                                 "Transform", inputs=True)
-  return TransformedInputs(raw_examples=uris["examples"],
-                           transformed_examples=uris["transformed_examples"],
-                           transform_graph=uris["transform_graph"])
-
-
-def transform_once(config: PipelineConfig) -> TransformedInputs:
-  """Runs the pipeline up to Transform (cached on re-runs) and finds it:
-  the input of the tools that train many models on one transformed dataset
-  (the study, the benchmark)."""
-  check_input(config.data)
-  os.makedirs(config.output, exist_ok=True)
-  BeamDagRunner().run(create_pipeline(config, until_transform=True))
-  return transform_artifacts(config)

@@ -22,6 +22,8 @@ from tfx.proto.orchestration import execution_result_pb2
 
 from commands import cli
 from commands import report
+from commands import report_reading
+from commands import report_text
 from components import tuner as tuner_component
 from pipeline import runner
 from pipeline.config import PipelineConfig
@@ -267,7 +269,7 @@ def test_report_shows_candidate_baseline_and_diff_from_tfma(runs):
     assert f"src='{figure}'" in page
     assert _png(os.path.join(output_dir, "report", figure))
 
-  summary = report.describe(report.read_run(output_dir))
+  summary = report_text.describe(report_reading.read_run(output_dir))
   assert f"{candidate['auc']:.4f}" in summary
   assert f"{baseline['auc']:.4f}" in summary
   assert "pushed:    yes" in summary
@@ -278,12 +280,12 @@ def test_report_shows_candidate_baseline_and_diff_from_tfma(runs):
 @pytest.mark.slow
 def test_not_blessed_run_says_which_check_failed(runs):
   output_dir, uris = runs["not_blessed"]
-  run = report.read_run(output_dir)
+  run = report_reading.read_run(output_dir)
   assert run.problems == ()
   auc = _overall(uris["evaluation"], "")["auc"]
   assert run.evaluation.baseline_overall is None
   assert "auc_diff" not in run.evaluation.overall
-  verdict = report.push_verdict(run)
+  verdict = report_text.push_verdict(run)
   assert verdict.startswith("no: the Evaluator did not bless the model")
   assert f"{auc:.4f} < min 0.9900" in verdict
   page = open(report.write_run_page(run), encoding="utf-8").read()
@@ -345,7 +347,7 @@ def test_run_failed_before_the_evaluator_still_gets_a_report(tmp_path,
 
 
 def test_directory_without_a_run(tmp_path, capsys):
-  run = report.read_run(str(tmp_path))
+  run = report_reading.read_run(str(tmp_path))
   assert "no ML Metadata store" in run.problems[0]
   assert not os.path.exists(tmp_path / "metadata.sqlite")
   assert "no ML Metadata store" in open(report.write_run_page(run)).read()
@@ -354,8 +356,8 @@ def test_directory_without_a_run(tmp_path, capsys):
 
 
 def test_metric_formatting():
-  assert report.format_metric("auc", 0.712345) == "0.7123"
-  assert report.format_metric("auc_diff", 0.00123) == "+0.0012"
-  assert report.format_metric("example_count", 4904.0) == "4,904"
-  assert report.format_metric("example_count_diff", 0.0) == "+0"
-  assert report.format_metric("auc", None) == "-"
+  assert report_text.format_metric("auc", 0.712345) == "0.7123"
+  assert report_text.format_metric("auc_diff", 0.00123) == "+0.0012"
+  assert report_text.format_metric("example_count", 4904.0) == "4,904"
+  assert report_text.format_metric("example_count_diff", 0.0) == "+0"
+  assert report_text.format_metric("auc", None) == "-"

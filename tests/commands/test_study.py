@@ -9,6 +9,8 @@ import pytest
 from commands import cli
 from commands import generate
 from commands import study
+from commands import study_evaluation
+from commands import study_results
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_eval_config
 
@@ -26,8 +28,8 @@ def test_ablation_adds_the_cowclip_rule_without_clipping():
                           ablation=True)
   assert {(r.rule, r.cowclip) for r in runs} == {
       ("none", False), ("cowclip", True), ("cowclip", False)}
-  assert study.run_label("cowclip", False) == "cowclip (no clipping)"
-  assert study.run_label("sqrt", False) == "sqrt"
+  assert study_results.run_label("cowclip", False) == "cowclip (no clipping)"
+  assert study_results.run_label("sqrt", False) == "sqrt"
 
 
 def test_unknown_rule_or_model_is_rejected():
@@ -40,7 +42,7 @@ def test_unknown_rule_or_model_is_rejected():
 def test_study_eval_config_is_the_pipelines_cut_to_what_is_reported():
   config = PipelineConfig(dataset="criteo", data="unused", output="unused")
   full = create_eval_config(config)
-  cut = study.study_eval_config(config)
+  cut = study_evaluation.study_eval_config(config)
   assert list(cut.model_specs) == list(full.model_specs)
   assert [list(s.feature_keys) for s in cut.slicing_specs] == [
       [], ["id_frequency"]]
@@ -62,7 +64,7 @@ def test_metrics_row_reads_overall_and_frequency_slices():
             "id_frequency=rare": {"auc": 0.6, "example_count": 120.0},
             "id_frequency=frequent": {"auc": 0.8, "example_count": 180.0},
             "C6=x": {"auc": 0.1}}
-  row = study.metrics_row(slices)
+  row = study_evaluation.metrics_row(slices)
   assert (row["auc"], row["logloss"], row["calibration"]) == (0.7, 0.5, 1.1)
   assert row["eval_examples"] == 300
   assert (row["auc_rare"], row["examples_rare"]) == (0.6, 120)
@@ -80,7 +82,7 @@ def test_model_metrics_are_the_model_outputs_not_the_baselines():
             "logistic_regression": {"": {"auc": {"doubleValue": lr_auc},
                                          "example_count": {
                                              "doubleValue": 302.0}}}}
-  slices = study.model_metrics_by_slice([
+  slices = study_evaluation.model_metrics_by_slice([
       ((), by_output(0.75, 0.7)),
       ((("id_frequency", b"rare"),), by_output(0.6, 0.65))])
   assert slices[""]["auc"] == 0.75 and slices[""]["example_count"] == 302
@@ -90,7 +92,7 @@ def test_model_metrics_are_the_model_outputs_not_the_baselines():
 
 def _row(rule, batch, seed, auc, diverged=False, cowclip=None):
   cowclip = rule == "cowclip" if cowclip is None else cowclip
-  row = {name: 1.0 for name in study.COLUMNS}
+  row = {name: 1.0 for name in study_results.COLUMNS}
   row.update(run=study.StudyRun("deepfm", rule, batch, seed, cowclip).key,
              model="deepfm", rule=rule, cowclip=cowclip, batch_size=batch,
              seed=seed, embedding_update="dense", diverged=diverged, auc=auc,
@@ -115,8 +117,8 @@ def test_a_run_that_trains_like_a_finished_one_reuses_its_row(tmp_path):
                          ).trainer_settings, {}, 50_000)["scaled"]
     row.update(epochs=2, train_examples=50_000,
                **{k: hparams[k] for k in ("dense_lr", "embed_lr", "l2")})
-    study.append_row(str(tmp_path / "study.csv"), row)
-  rows = study.read_rows(str(tmp_path / "study.csv"))
+    study_results.append_row(str(tmp_path / "study.csv"), row)
+  rows = study_results.read_rows(str(tmp_path / "study.csv"))
 
   sqrt_base = study.StudyRun("deepfm", "sqrt", base, 1, False)
   reused = study.same_training(config, sqrt_base, rows)
@@ -137,10 +139,10 @@ def test_a_run_that_trains_like_a_finished_one_reuses_its_row(tmp_path):
 
 def test_csv_round_trip_and_bad_values(tmp_path):
   path = str(tmp_path / "study.csv")
-  assert study.read_rows(path) == []
-  study.append_row(path, _row("none", 1024, 1, 0.75))
-  study.append_row(path, _row("none", 8192, 1, 0.7, diverged=True))
-  rows = study.read_rows(path)
+  assert study_results.read_rows(path) == []
+  study_results.append_row(path, _row("none", 1024, 1, 0.75))
+  study_results.append_row(path, _row("none", 8192, 1, 0.7, diverged=True))
+  rows = study_results.read_rows(path)
   assert [r["run"] for r in rows] == ["deepfm-none-noclip-b1024-s1",
                                       "deepfm-none-noclip-b8192-s1"]
   assert rows[0]["auc"] == 0.75 and rows[0]["cowclip"] is False
@@ -150,7 +152,7 @@ def test_csv_round_trip_and_bad_values(tmp_path):
   with open(path, "w") as f:
     f.write(text.replace("0.75", "high"))
   with pytest.raises(ValueError, match=r"study\.csv:2: column 'auc'"):
-    study.read_rows(path)
+    study_results.read_rows(path)
 
 
 def test_report_tables_and_figures(tmp_path):
@@ -159,7 +161,7 @@ def test_report_tables_and_figures(tmp_path):
           _row("none", 8192, 2, 0.62),
           _row("cowclip", 1024, 1, 0.76), _row("cowclip", 8192, 1, 0.76),
           _row("cowclip", 8192, 1, 0.74, cowclip=False)]
-  text = study.markdown_report(rows, ["header line"])
+  text = study_results.markdown_report(rows, ["header line"])
   assert "header line" in text
   assert "## deepfm: Eval AUC" in text and "## deepfm: Eval log loss" in text
   assert "| none | 0.7600 ± 0.0141 | 0.6200 (1/2 diverged) |" in text
@@ -168,7 +170,7 @@ def test_report_tables_and_figures(tmp_path):
   assert "eval AUC by id frequency, batch 1024" in text
   assert "eval AUC by id frequency, batch 8192" in text
   assert "rare 1, medium < min slice size, frequent 1" in text
-  paths = study.write_figures(rows, str(tmp_path))
+  paths = study_results.write_figures(rows, str(tmp_path))
   assert sorted(os.path.basename(p) for p in paths) == [
       "auc_by_frequency.png", "auc_vs_batch.png", "epoch_time_vs_batch.png"]
   for path in paths:

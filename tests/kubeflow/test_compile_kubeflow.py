@@ -334,7 +334,7 @@ def test_dockerfile_installs_the_project_with_the_constraints():
     assert copied[source] == f"{workdir}/{source}"
   # Every package pyproject.toml installs, and the schemas at the path the
   # compiled spec reads.
-  for package in ("pipeline", "components", "trainer_module"):
+  for package in ("pipeline", "commands", "components", "trainer_module"):
     assert copied[package] == f"{workdir}/{package}"
     assert os.path.isdir(os.path.join(REPO, package))
   assert copied["schema"] == kubeflow.CONTAINER_SCHEMA_ROOT

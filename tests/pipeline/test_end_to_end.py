@@ -20,7 +20,7 @@ from tfx import v1 as tfx
 
 from commands import cli
 from commands import generate
-from commands import report
+from commands import report_reading
 from components import lr_gate
 from pipeline import metadata
 from pipeline import runner
@@ -159,10 +159,11 @@ def test_model_serves_its_logistic_regression_baseline_and_early_stops(
   assert 1 <= record["best_epoch"] <= record["epochs_run"] <= 2
   assert record["validation_examples"] > 0
   assert record["logistic_regression"]["best_epoch"] >= 1
-  evaluation = report.read_evaluation(metadata.read_outcome_at(
+  evaluation = report_reading.read_evaluation(metadata.read_outcome_at(
       str(output / "metadata.sqlite")).evaluation)
-  assert {"auc", lr_gate.AUC_OVER_LR, report.LR_PREFIX + "auc",
-          report.LR_PREFIX + "binary_crossentropy"} <= set(evaluation.overall)
+  lr = report_reading.LR_PREFIX
+  assert {"auc", lr_gate.AUC_OVER_LR, lr + "auc",
+          lr + "binary_crossentropy"} <= set(evaluation.overall)
 
 
 def test_rerun_with_same_output_reuses_cache(finished_run):

@@ -1,0 +1,160 @@
+"""The report in words: the terminal summary, verdicts and metric tables.
+
+Made from a RunSummary (commands.report_reading) alone, so a hand-built
+summary renders the same as a read one.
+"""
+
+import os
+from typing import List, Optional, Sequence
+
+from commands.report_reading import DIFF_SUFFIX
+from commands.report_reading import Evaluation
+from commands.report_reading import LR_PREFIX
+from commands.report_reading import Metrics
+from commands.report_reading import RunSummary
+
+# TFMA names of the metrics shown first, in this order; the others follow
+# alphabetically.
+LEADING_METRICS = ("example_count", "auc", "binary_crossentropy",
+                   "calibration", "mean_label", "mean_prediction")
+# Shown per slice (with the example count).
+SLICE_METRICS = ("auc", "calibration")
+
+
+def format_metric(name: str, value: Optional[float]) -> str:
+  """How the report writes a metric value (counts as integers)."""
+  if value is None:
+    return "-"
+  diff = name.endswith(DIFF_SUFFIX)
+  if name.removesuffix(DIFF_SUFFIX) == "example_count":
+    return f"{value:+,.0f}" if diff else f"{value:,.0f}"
+  return f"{value:+.4f}" if diff else f"{value:.4f}"
+
+
+def _metric_order(names) -> List[str]:
+  return sorted(set(names), key=lambda n: (
+      LEADING_METRICS.index(n) if n in LEADING_METRICS
+      else len(LEADING_METRICS), n))
+
+
+def push_verdict(run: RunSummary) -> str:
+  """Whether the model was pushed, and why (or why not)."""
+  outcome = run.outcome
+  if outcome is None:
+    return "unknown: ML Metadata could not be read"
+  if outcome.pushed:
+    return (f"yes: the Evaluator blessed the model, pushed to "
+            f"{outcome.pushed_model}")
+  if outcome.failed_checks:
+    return "no: the Evaluator did not bless the model: " + "; ".join(
+        outcome.failed_checks)
+  if run.blessed is False:
+    return "no: the Evaluator did not bless the model"
+  if run.blessed:
+    return "no: the model was blessed but the Pusher did not push it"
+  if outcome.evaluation:
+    return "no: the run did not reach the Pusher"
+  return "no: the run did not reach the Evaluator"
+
+
+def baseline_verdict(run: RunSummary) -> str:
+  """What the candidate was compared against."""
+  if run.evaluation is None:
+    return "none: no evaluation"
+  if run.evaluation.baseline_overall is None:
+    return ("none: there was no earlier blessed model (absolute checks "
+            "only)")
+  return run.baseline_model or "the latest blessed model"
+
+
+def _table_text(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+  widths = [max(len(str(r[i])) for r in [header, *rows])
+            for i in range(len(header))]
+  return "\n".join("  ".join(str(cell).ljust(width)
+                             for cell, width in zip(row, widths)).rstrip()
+                   for row in [header, *rows])
+
+
+def lr_value(metrics: Metrics, name: str) -> Optional[float]:
+  """The logistic-regression output's value of a metric, if reported."""
+  return metrics.get(LR_PREFIX + name)
+
+
+def _has_lr(evaluation: Evaluation) -> bool:
+  return any(n.startswith(LR_PREFIX) for n in evaluation.overall)
+
+
+def overall_rows(evaluation: Evaluation) -> List[List[str]]:
+  names = _metric_order(n for n in evaluation.overall
+                        if not n.endswith(DIFF_SUFFIX) and "/" not in n)
+  baseline = evaluation.baseline_overall
+  lr = _has_lr(evaluation)
+  return [[name, format_metric(name, evaluation.overall[name])] +
+          ([format_metric(name, lr_value(evaluation.overall, name))]
+           if lr else []) +
+          ([format_metric(name, baseline.get(name)),
+            format_metric(name + DIFF_SUFFIX,
+                          evaluation.overall.get(name + DIFF_SUFFIX))]
+           if baseline is not None else [])
+          for name in names]
+
+
+def overall_header(evaluation: Evaluation) -> List[str]:
+  return ["metric", "model"] + (
+      ["logistic regression"] if _has_lr(evaluation) else []) + (
+      ["baseline", "change (TFMA)"]
+      if evaluation.baseline_overall is not None else [])
+
+
+def describe(run: RunSummary) -> str:
+  """The terminal summary: metrics, baseline, pushed or not and why."""
+  lines = [f"run:       {run.output_dir}"
+           + (f" (pipeline run {run.pipeline_run})" if run.pipeline_run
+              else "")]
+  failed = [c for c in run.components if c.state == "FAILED"]
+  lines += [f"failed:    {c.node}: {c.message or 'see the logs'}"
+            for c in failed]
+  if run.evaluation:
+    lines += ["", _table_text(overall_header(run.evaluation),
+                              overall_rows(run.evaluation)), ""]
+  else:
+    lines.append("metrics:   none (no evaluation)")
+  lines.append(f"baseline:  {baseline_verdict(run)}")
+  lines.append(f"pushed:    {push_verdict(run)}")
+  if run.earlier:
+    lines.append(f"note:      from an earlier run: {', '.join(run.earlier)}")
+  lines += [f"problem:   {p}" for p in run.problems]
+  return "\n".join(lines)
+
+
+def run_labels(runs: Sequence[RunSummary]) -> List[str]:
+  names = [os.path.basename(os.path.abspath(r.output_dir)) for r in runs]
+  if len(set(names)) < len(names):
+    return [os.path.abspath(r.output_dir) for r in runs]
+  return names
+
+
+def comparison_rows(runs: Sequence[RunSummary]) -> List[List[str]]:
+  """Overall metrics, hyperparameters and verdicts of runs, side by side."""
+  def overall(run):
+    return run.evaluation.overall if run.evaluation else {}
+
+  def training(run):
+    return run.training or {}
+
+  rows = [[name] + [format_metric(name, overall(r).get(name)) for r in runs]
+          for name in _metric_order(n for r in runs for n in overall(r)
+                                    if not n.endswith(DIFF_SUFFIX))]
+  rows += [[key] + [str(training(r).get(key, "-")) for r in runs]
+           for key in ("rule", "batch_size")]
+  scaled = [training(r).get("scaled", {}) for r in runs]
+  rows += [[f"{name} (scaled)"] + [f"{s[name]:g}" if name in s else "-"
+                                   for s in scaled]
+           for name in sorted({k for s in scaled for k in s})]
+  rows.append(["pushed"] + [push_verdict(r).split(":", 1)[0] for r in runs])
+  return rows
+
+
+def describe_comparison(runs: Sequence[RunSummary]) -> str:
+  """The terminal table of runs side by side."""
+  return _table_text([""] + run_labels(runs), comparison_rows(runs))

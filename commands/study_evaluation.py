@@ -1,0 +1,112 @@
+"""How the study evaluates a trained model: TFMA, as the Evaluator does.
+
+The Evaluator's EvalConfig without the change thresholds (there is no
+baseline), on the RAW eval examples, overall and by id-frequency bucket;
+metrics_row turns TFMA's slices into the study.csv columns.
+"""
+
+import math
+from typing import Dict, Mapping, Sequence
+
+from apache_beam.options.pipeline_options import PipelineOptions
+import tensorflow_model_analysis as tfma
+
+from pipeline.config import PipelineConfig
+from pipeline.pipeline import create_eval_config
+from trainer_module import contract
+
+BUCKETS = contract.FREQUENCY_BUCKETS
+
+
+def study_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
+  """The Evaluator's config, cut to what the study reports.
+
+  Same candidate model spec (serving and id-frequency signatures), metrics
+  and options, but: no baseline and no change thresholds (a study run has no
+  baseline model, and TFMA refuses change thresholds without one; the
+  Evaluator rubber-stamps a first run instead), no plots, and only the
+  overall and id-frequency slices. With the plots and the per-feature
+  slices, TFMA took over 2 minutes per model on 60k eval examples here,
+  longer than training.
+  """
+  eval_config = tfma.EvalConfig()
+  eval_config.CopyFrom(create_eval_config(config))
+  candidates = [m for m in eval_config.model_specs if not m.is_baseline]
+  del eval_config.model_specs[:]
+  eval_config.model_specs.extend(candidates)
+  eval_config.model_specs[0].ClearField("name")  # The one model evaluated.
+  kept = [s for s in eval_config.slicing_specs
+          if list(s.feature_keys) in ([], [contract.ID_FREQUENCY])]
+  del eval_config.slicing_specs[:]
+  eval_config.slicing_specs.extend(kept)
+  for spec in eval_config.metrics_specs:
+    metrics = [m for m in spec.metrics if not m.class_name.endswith("Plot")]
+    del spec.metrics[:]
+    spec.metrics.extend(metrics)
+    for metric in spec.metrics:
+      for threshold in metric.per_slice_thresholds:
+        threshold.threshold.ClearField("change_threshold")
+  return eval_config
+
+
+def _slice_name(slice_key) -> str:
+  """'' for the overall slice, else 'feature=value'."""
+  return ",".join(
+      f"{feature}={value.decode() if isinstance(value, bytes) else value}"
+      for feature, value in slice_key)
+
+
+def tfma_metrics(serving_dir: str, eval_config: tfma.EvalConfig,
+                 eval_pattern: str, output_path: str,
+                 beam_args: Sequence[str]) -> Dict[str, Dict[str, float]]:
+  """{slice name: {metric: value}} of one exported model, as the Evaluator
+  computes them ('' is the overall slice)."""
+  result = tfma.run_model_analysis(
+      eval_shared_model=tfma.default_eval_shared_model(
+          eval_saved_model_path=serving_dir, eval_config=eval_config),
+      eval_config=eval_config, data_location=eval_pattern,
+      file_format="tfrecords", output_path=output_path,
+      pipeline_options=PipelineOptions(list(beam_args)))
+  slices = model_metrics_by_slice(result.slicing_metrics)
+  if "" not in slices:
+    raise LookupError(f"TFMA wrote no overall slice to {output_path}")
+  return slices
+
+
+def model_metrics_by_slice(slicing_metrics) -> Dict[str, Dict[str, float]]:
+  """{slice name: {metric: value}} of the model's output from TFMA's
+  EvalResult.slicing_metrics (the logistic-regression output left out)."""
+  slices = {}
+  for slice_key, by_output in slicing_metrics:
+    values = slices.setdefault(_slice_name(slice_key), {})
+    # {output: {sub key: {metric: value}}}. The model's output is "" (the
+    # model spec's prediction_key), the logistic regression's is not read.
+    for metrics in by_output.get("", {}).values():
+      for name, value in metrics.items():
+        # TFMA writes its own metrics as {"doubleValue": x}, a custom
+        # metric's float (components.lr_gate) as the number itself.
+        if isinstance(value, (int, float)):
+          values[name] = float(value)
+        elif "doubleValue" in value:
+          values[name] = value["doubleValue"]
+  return slices
+
+
+def metrics_row(slices: Mapping[str, Mapping[str, float]]
+               ) -> Dict[str, float]:
+  """The study.csv metric columns from tfma_metrics' slices.
+
+  A bucket below the eval config's min_slice_size is not reported: NaN.
+  """
+  overall = slices[""]
+  row = {"auc": overall.get("auc", math.nan),
+         "logloss": overall.get("binary_crossentropy", math.nan),
+         "mean_prediction": overall.get("mean_prediction", math.nan),
+         "mean_label": overall.get("mean_label", math.nan),
+         "calibration": overall.get("calibration", math.nan),
+         "eval_examples": overall.get("example_count", math.nan)}
+  for bucket in BUCKETS:
+    values = slices.get(f"{contract.ID_FREQUENCY}={bucket}", {})
+    row[f"auc_{bucket}"] = values.get("auc", math.nan)
+    row[f"examples_{bucket}"] = values.get("example_count", math.nan)
+  return row

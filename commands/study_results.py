@@ -1,0 +1,229 @@
+"""The study's results: study.csv rows, study.md tables and the figures.
+
+Every finished run is appended to study.csv at once (so a restart skips it);
+study.md and the PNG figures are rewritten from the whole CSV.
+"""
+
+import csv
+import math
+import os
+import statistics
+from typing import Dict, Iterable, List, Mapping, Sequence, Tuple
+
+from matplotlib.figure import Figure
+import numpy as np
+
+from commands.study_evaluation import BUCKETS
+
+COLUMNS = (
+    ("run", "model", "rule", "cowclip", "batch_size", "seed", "epochs",
+     "epochs_run", "best_epoch",
+     "embedding_update", "dense_lr", "embed_lr", "l2", "train_examples",
+     "eval_examples", "steps", "train_seconds", "epoch_seconds",
+     "examples_per_second", "diverged", "final_train_loss", "clipped_fraction",
+     "auc", "logloss",
+     "mean_prediction", "mean_label", "calibration") +
+    tuple(f"{kind}_{b}" for b in BUCKETS for kind in ("auc", "examples")))
+_TEXT_COLUMNS = ("run", "model", "rule", "embedding_update")
+_BOOL_COLUMNS = ("cowclip", "diverged")
+
+
+def run_label(rule: str, cowclip: bool) -> str:
+  """How a (rule, CowClip) variant is named in tables and figures."""
+  if cowclip == (rule == "cowclip"):
+    return rule
+  return f"{rule} ({'with' if cowclip else 'no'} clipping)"
+
+
+def read_rows(path: str) -> List[Dict[str, object]]:
+  """The rows of a study.csv (numbers and booleans parsed); [] if absent."""
+  if not os.path.exists(path):
+    return []
+  rows = []
+  with open(path, newline="") as f:
+    reader = csv.DictReader(f)
+    missing = set(COLUMNS) - set(reader.fieldnames or ())
+    if missing:
+      raise ValueError(f"{path}: not a study.csv of this version, missing "
+                       f"columns {sorted(missing)}")
+    for line_number, raw in enumerate(reader, start=2):
+      row = {}
+      for name in COLUMNS:
+        value = raw[name]
+        if name in _TEXT_COLUMNS:
+          row[name] = value
+        elif name in _BOOL_COLUMNS:
+          if value not in ("True", "False"):
+            raise ValueError(f"{path}:{line_number}: column {name!r} must "
+                             f"be True or False, got {value!r}")
+          row[name] = value == "True"
+        else:
+          try:
+            row[name] = float(value) if value != "" else math.nan
+          except ValueError:
+            raise ValueError(f"{path}:{line_number}: column {name!r} is "
+                             f"not a number: {value!r}") from None
+      rows.append(row)
+  return rows
+
+
+def append_row(path: str, row: Mapping[str, object]) -> None:
+  """Appends one run (header first if the file is new; NaN as empty, as
+  read_rows reads it) and flushes it."""
+  new = not os.path.exists(path)
+  with open(path, "a", newline="") as f:
+    writer = csv.DictWriter(f, fieldnames=COLUMNS, restval="")
+    if new:
+      writer.writeheader()
+    writer.writerow({k: "" if isinstance(v, float) and math.isnan(v) else v
+                     for k, v in row.items()})
+
+
+def _group(rows: Iterable[Mapping[str, object]]
+          ) -> Dict[Tuple[str, str, int], List[Mapping[str, object]]]:
+  """Rows by (model, variant label, batch size), in first-seen order."""
+  groups = {}
+  for row in rows:
+    key = (row["model"], run_label(row["rule"], row["cowclip"]),
+           int(row["batch_size"]))
+    groups.setdefault(key, []).append(row)
+  return groups
+
+
+def _mean_spread(values: Sequence[float]) -> Tuple[float, float]:
+  """Mean and sample standard deviation (0 for a single value)."""
+  mean = statistics.mean(values)
+  return mean, statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def _cell(rows: Sequence[Mapping[str, object]], column: str,
+          digits: int = 4) -> str:
+  """'mean ± std' over the finished seeds; diverged seeds are named."""
+  values = [r[column] for r in rows
+            if not r["diverged"] and not math.isnan(r[column])]
+  diverged = sum(bool(r["diverged"]) for r in rows)
+  if not values:
+    return "diverged" if diverged else "n/a"
+  mean, spread = _mean_spread(values)
+  text = f"{mean:,.{digits}f}" + (
+      f" ± {spread:,.{digits}f}" if len(values) > 1 else "")
+  return text + (f" ({diverged}/{len(rows)} diverged)" if diverged else "")
+
+
+def _table(groups, model: str, column: str, digits: int) -> List[str]:
+  labels = list(dict.fromkeys(l for m, l, _ in groups if m == model))
+  batches = sorted({b for m, _, b in groups if m == model})
+  lines = ["| rule | " + " | ".join(str(b) for b in batches) + " |",
+           "|---" * (len(batches) + 1) + "|"]
+  for label in labels:
+    cells = [_cell(groups[(model, label, b)], column, digits)
+             if (model, label, b) in groups else "" for b in batches]
+    lines.append(f"| {label} | " + " | ".join(cells) + " |")
+  return lines
+
+
+def markdown_report(rows: Sequence[Mapping[str, object]],
+                    header: Sequence[str]) -> str:
+  """study.md: AUC, log loss, calibration, speed and bucket AUC tables."""
+  groups = _group(rows)
+  lines = ["# Batch-size scaling study", "", *header, ""]
+  for model in dict.fromkeys(m for m, _, _ in groups):
+    for title, column, digits in (
+        ("Eval AUC", "auc", 4), ("Eval log loss", "logloss", 4),
+        ("Calibration (mean prediction / mean label)", "calibration", 3),
+        ("Share of embedding-row updates CowClip clipped (mean over "
+         "epochs)", "clipped_fraction", 4),
+        ("Training examples/second", "examples_per_second", 0),
+        ("Seconds per epoch (compile excluded)", "epoch_seconds", 1),
+        ("Training wall seconds (compile included)", "train_seconds", 1)):
+      lines += [f"## {model}: {title}", "",
+                *_table(groups, model, column, digits), ""]
+    batches = sorted({b for m, _, b in groups if m == model})
+    for batch in sorted({batches[0], batches[-1]}):
+      lines += [f"## {model}: eval AUC by id frequency, batch {batch}", "",
+                "| rule | " + " | ".join(BUCKETS) + " |",
+                "|---" * (len(BUCKETS) + 1) + "|"]
+      for (m, label, b), members in groups.items():
+        if m == model and b == batch:
+          cells = [_cell(members, f"auc_{name}") for name in BUCKETS]
+          lines.append(f"| {label} | " + " | ".join(cells) + " |")
+      finished = [r for (m, _, b), members in groups.items()
+                  if m == model and b == batch for r in members
+                  if not r["diverged"]]
+      if finished:
+        counts = [finished[0][f"examples_{name}"] for name in BUCKETS]
+        lines += ["", "Eval examples per bucket: " + ", ".join(
+            f"{name} {'< min slice size' if math.isnan(n) else int(n)}"
+            for name, n in zip(BUCKETS, counts))]
+      lines.append("")
+  return "\n".join(lines)
+
+
+def _series(groups, model: str, column: str):
+  """{label: (batch sizes, means, stds)} of the finished runs."""
+  series = {}
+  for (m, label, batch), members in groups.items():
+    values = [r[column] for r in members
+              if not r["diverged"] and not math.isnan(r[column])]
+    if m == model and values:
+      mean, spread = _mean_spread(values)
+      series.setdefault(label, []).append((batch, mean, spread))
+  return {label: tuple(zip(*sorted(points)))
+          for label, points in series.items()}
+
+
+def write_figures(rows: Sequence[Mapping[str, object]], output: str
+                 ) -> List[str]:
+  """AUC and epoch time vs batch size, and bucket AUC at both batch ends."""
+  groups = _group(rows)
+  model_names = list(dict.fromkeys(m for m, _, _ in groups))
+  paths = []
+  for name, column, ylabel in (
+      ("auc_vs_batch.png", "auc", "eval AUC"),
+      ("epoch_time_vs_batch.png", "epoch_seconds", "seconds per epoch")):
+    figure = Figure(figsize=(6 * len(model_names), 4.5))
+    for i, model in enumerate(model_names):
+      axes = figure.add_subplot(1, len(model_names), i + 1)
+      for label, (batches, means, spreads) in _series(
+          groups, model, column).items():
+        axes.errorbar(batches, means, yerr=spreads, marker="o", capsize=3,
+                      label=label)
+      axes.set_xscale("log", base=2)
+      axes.set_xlabel("batch size")
+      axes.set_ylabel(ylabel)
+      axes.set_title(model)
+      axes.grid(True, alpha=0.3)
+      axes.legend(fontsize="small")
+    figure.tight_layout()
+    paths.append(os.path.join(output, name))
+    figure.savefig(paths[-1], dpi=110)
+
+  figure = Figure(figsize=(12, 4.5 * len(model_names)))
+  for i, model in enumerate(model_names):
+    batches = sorted({b for m, _, b in groups if m == model})
+    for j, batch in enumerate(sorted({batches[0], batches[-1]})):
+      axes = figure.add_subplot(len(model_names), 2, 2 * i + j + 1)
+      labels = [l for m, l, b in groups if m == model and b == batch]
+      width = 0.8 / max(len(labels), 1)
+      for k, label in enumerate(labels):
+        means = []
+        for bucket in BUCKETS:
+          values = [r[f"auc_{bucket}"] for r in groups[(model, label, batch)]
+                    if not r["diverged"] and not math.isnan(r[f"auc_{bucket}"])]
+          means.append(statistics.mean(values) if values else math.nan)
+        axes.bar(np.arange(len(BUCKETS)) + k * width, means, width,
+                 label=label)
+      axes.set_xticks(np.arange(len(BUCKETS)) + 0.4 - width / 2)
+      axes.set_xticklabels(BUCKETS)
+      finite = [v for bars in axes.containers for v in bars.datavalues
+                if not math.isnan(v)]
+      if finite:
+        axes.set_ylim(max(0.0, min(finite) - 0.02),
+                      min(1.0, max(finite) + 0.02))
+      axes.set_ylabel("eval AUC")
+      axes.set_title(f"{model}, batch {batch}: AUC by id frequency")
+      axes.legend(fontsize="small")
+  figure.tight_layout()
+  paths.append(os.path.join(output, "auc_by_frequency.png"))
+  figure.savefig(paths[-1], dpi=110)
+  return paths

@@ -1,0 +1,157 @@
+"""The report's words, page and figures from a hand-built RunSummary.
+
+No pipeline, no TFMA: what report_reading would return is written here, so
+every number on the page is known and checked where it must appear.
+"""
+
+import os
+
+from commands import report
+from commands import report_text
+from commands.report_reading import Evaluation
+from commands.report_reading import ReliabilityPoint
+from commands.report_reading import RunSummary
+from commands.report_reading import SliceMetrics
+from pipeline import metadata
+from trainer_module import contract
+
+OVERALL = {"example_count": 4000.0, "auc": 0.7312, "auc_diff": 0.0123,
+           "binary_crossentropy": 0.4571, "calibration": 1.02,
+           "logistic_regression/auc": 0.7011,
+           "logistic_regression/binary_crossentropy": 0.4702}
+BASELINE = {"example_count": 4000.0, "auc": 0.7189,
+            "binary_crossentropy": 0.4633, "calibration": 0.97}
+TRAINING = {"rule": "cowclip", "base_batch_size": 1024, "batch_size": 8192,
+            "train_examples": 36000, "steps_per_epoch": 5, "auto": ["l2"],
+            "base": {"dense_lr": 1e-3, "embed_lr": 1e-4},
+            "scaled": {"dense_lr": 8e-3, "embed_lr": 1e-4},
+            "history": {"loss": [0.52, 0.47], "val_loss": [0.50, 0.48],
+                        "auc": [0.69, 0.72], "val_auc": [0.70, 0.73],
+                        "clipped_fraction": [0.01, 0.0042]},
+            "best_epoch": 2, "epochs_run": 2, "validation_examples": 3600,
+            "logistic_regression": {"best_epoch": 1, "epochs_run": 2}}
+
+
+def _slice(value, examples, auc):
+  return SliceMetrics(contract.ID_FREQUENCY, value,
+                      {"example_count": examples, "auc": auc,
+                       "calibration": 1.0, "auc_diff": 0.01,
+                       "logistic_regression/auc": auc - 0.02},
+                      {"auc": auc - 0.01})
+
+
+def _summary(output_dir, pushed=True, **changes):
+  outcome = metadata.RunOutcome(
+      metadata_path=os.path.join(output_dir, "metadata.sqlite"),
+      pushed=pushed, pushed_model="/serving/7" if pushed else None,
+      evaluation="/evaluation/9", model="/model/8",
+      failed_checks=() if pushed else ("auc 0.7312 < min 0.9000 (Overall)",))
+  evaluation = Evaluation(
+      uri="/evaluation/9", overall=OVERALL, baseline_overall=BASELINE,
+      slices=(_slice("frequent", 2500.0, 0.75), _slice("rare", 500.0, 0.61),
+              _slice("medium", 1000.0, 0.70)),
+      reliability={"candidate": (ReliabilityPoint(0.1, 0.12, 900.0),
+                                 ReliabilityPoint(0.4, 0.38, 300.0))},
+      validation_ok=pushed)
+  fields = dict(output_dir=output_dir, pipeline_run="run-1",
+                components=(metadata.ComponentState("Trainer", "COMPLETE"),
+                            metadata.ComponentState("Evaluator", "COMPLETE")),
+                outcome=outcome, blessed=pushed,
+                baseline_model="/model/3", evaluation=evaluation,
+                training=TRAINING)
+  fields.update(changes)
+  return RunSummary(**fields)
+
+
+def _png(path):
+  with open(path, "rb") as f:
+    return f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_metric_words_of_a_hand_built_run(tmp_path):
+  run = _summary(str(tmp_path))
+  text = report_text.describe(run)
+  assert "(pipeline run run-1)" in text
+  assert "pushed:    yes: the Evaluator blessed the model, pushed to " \
+         "/serving/7" in text
+  assert "baseline:  /model/3" in text
+  # metric, model, logistic regression, baseline, change (TFMA).
+  assert "auc                  0.7312  0.7011               0.7189    " \
+         "+0.0123" in text
+  assert "example_count        4,000" in text
+  assert report_text.overall_header(run.evaluation) == [
+      "metric", "model", "logistic regression", "baseline",
+      "change (TFMA)"]
+  names = [row[0] for row in report_text.overall_rows(run.evaluation)]
+  assert names == ["example_count", "auc", "binary_crossentropy",
+                   "calibration"]  # Leading order; no lr/ or _diff rows.
+
+
+def test_verdicts_say_why_not_pushed(tmp_path):
+  failed = _summary(str(tmp_path), pushed=False)
+  assert report_text.push_verdict(failed) == (
+      "no: the Evaluator did not bless the model: auc 0.7312 < min 0.9000 "
+      "(Overall)")
+  unread = _summary(str(tmp_path), outcome=None)
+  assert report_text.push_verdict(unread) == (
+      "unknown: ML Metadata could not be read")
+  first = _summary(str(tmp_path), evaluation=None)
+  assert report_text.baseline_verdict(first) == "none: no evaluation"
+  failed_component = _summary(str(tmp_path), components=(
+      metadata.ComponentState("Transform", "FAILED", "bad vocabulary"),))
+  assert "failed:    Transform: bad vocabulary" in report_text.describe(
+      failed_component)
+
+
+def test_run_page_and_figures_of_a_hand_built_run(tmp_path):
+  run = _summary(str(tmp_path))
+  path = report.write_run_page(run)
+  assert path == os.path.join(str(tmp_path), report.REPORT_DIR,
+                              report.INDEX_PAGE)
+  page = open(path, encoding="utf-8").read()
+  assert "Pushed: yes: the Evaluator blessed the model" in page
+  assert "TFMA validation: all checks passed" in page
+  assert "<td class='num'>0.7312</td>" in page  # Model.
+  assert "<td class='num'>0.7011</td>" in page  # Logistic regression.
+  assert "<td class='num'>+0.0123</td>" in page  # TFMA's change.
+  # Id-frequency buckets rare to frequent, whatever the summary's order.
+  assert (page.index("<td>rare</td>") < page.index("<td>medium</td>")
+          < page.index("<td>frequent</td>"))
+  assert "CowClip clipped 0.42% of the embedding-row updates" in page
+  assert "<td class='num'>0.008</td>" in page  # Scaled dense_lr.
+  assert "2 epochs run, the weights of epoch 2 kept" in page
+  assert "<td>Evaluator</td><td>COMPLETE</td>" in page
+  for figure in (report.RELIABILITY_FIGURE, report.ID_FREQUENCY_FIGURE,
+                 report.TRAINING_FIGURE):
+    assert f"src='{figure}'" in page
+    assert _png(os.path.join(str(tmp_path), report.REPORT_DIR, figure))
+
+
+def test_page_of_a_run_that_stopped_before_training(tmp_path):
+  run = RunSummary(str(tmp_path), problems=("could not read X",))
+  page = open(report.write_run_page(run), encoding="utf-8").read()
+  assert "No evaluation: the run did not reach the Evaluator" in page
+  assert "No training record (training.json)" in page
+  assert "<p class='problem'>could not read X</p>" in page
+  assert not os.path.exists(os.path.join(
+      str(tmp_path), report.REPORT_DIR, report.RELIABILITY_FIGURE))
+
+
+def test_comparison_of_two_hand_built_runs(tmp_path):
+  first = _summary(str(tmp_path / "a"))
+  second = _summary(str(tmp_path / "b"), pushed=False,
+                    training={**TRAINING, "batch_size": 1024})
+  rows = [line.split() for line in
+          report_text.describe_comparison([first, second]).splitlines()]
+  assert rows[0] == ["a", "b"]
+  assert ["auc", "0.7312", "0.7312"] in rows
+  assert ["batch_size", "8192", "1024"] in rows
+  assert ["dense_lr", "(scaled)", "0.008", "0.008"] in rows
+  assert rows[-1] == ["pushed", "yes", "no"]
+  page = open(report.write_comparison_page([first, second]),
+              encoding="utf-8").read()
+  assert os.path.abspath(str(tmp_path / "b")) in page
+  for figure in (report.COMPARE_ID_FREQUENCY_FIGURE,
+                 report.COMPARE_TRAINING_FIGURE):
+    assert _png(os.path.join(str(tmp_path / "a"), report.REPORT_DIR,
+                             figure))
