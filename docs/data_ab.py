@@ -26,7 +26,7 @@ _SCHEMA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
                            "schema", "criteo")
 
 
-def _cpu_seconds() -> float:
+def cpu_seconds() -> float:
   own = resource.getrusage(resource.RUSAGE_SELF)
   children = resource.getrusage(resource.RUSAGE_CHILDREN)
   return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
@@ -100,9 +100,9 @@ def main(stage: str, source: str, out: str, *options: str) -> None:
   shutil.rmtree(out, ignore_errors=True)
   do, rows = {"examplegen": _examplegen, "transform": _transform,
               "statistics": _statistics}[stage](source, out, *options)
-  cpu, wall = _cpu_seconds(), time.time()
+  cpu, wall = cpu_seconds(), time.time()
   do()
-  cpu, wall = _cpu_seconds() - cpu, time.time() - wall
+  cpu, wall = cpu_seconds() - cpu, time.time() - wall
   print(f"{stage}: rows {rows()} cpu_s {cpu:.1f} rows_per_cpu_s "
         f"{rows() / cpu:.0f} wall_s {wall:.1f} max_rss_MB "
         f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f}")

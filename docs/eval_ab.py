@@ -26,11 +26,7 @@ from tfx.types import standard_artifacts
 from tfx.types import standard_component_specs as specs
 from tfx.utils import proto_utils
 
-
-def _cpu_seconds() -> float:
-  own = resource.getrusage(resource.RUSAGE_SELF)
-  children = resource.getrusage(resource.RUSAGE_CHILDREN)
-  return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+from data_ab import cpu_seconds  # docs/, this script's directory.
 
 
 def main() -> None:
@@ -88,12 +84,12 @@ def main() -> None:
   with open(os.path.join(args.examples,
                          "raw_example_gen_summary.json")) as f:
     rows = json.load(f)["split_rows"]["eval"]
-  cpu, wall = _cpu_seconds(), time.time()
+  cpu, wall = cpu_seconds(), time.time()
   if args.profile:
     cProfile.runctx("do()", globals(), {"do": do}, args.profile)
   else:
     do()
-  cpu, wall = _cpu_seconds() - cpu, time.time() - wall
+  cpu, wall = cpu_seconds() - cpu, time.time() - wall
   print(f"evaluator: eval rows {rows} cpu_s {cpu:.1f} rows_per_cpu_s "
         f"{rows / cpu:.0f} wall_s {wall:.1f} max_rss_MB "
         f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} "
