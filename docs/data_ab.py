@@ -4,6 +4,8 @@ Run it with the code under test first on PYTHONPATH, e.g.:
   PYTHONPATH=/work/main .venv/bin/python docs/data_ab.py examplegen RAW OUT
   PYTHONPATH=. .venv/bin/python docs/data_ab.py examplegen RAW OUT
   PYTHONPATH=. .venv/bin/python docs/data_ab.py transform EXAMPLEGEN_OUT OUT
+  PYTHONPATH=. .venv/bin/python docs/data_ab.py statistics EXAMPLEGEN_OUT OUT \
+      [STATS_OPTIONS_JSON]
 On a shared machine CPU seconds compare; wall seconds mostly measure the queue.
 """
 
@@ -24,7 +26,7 @@ _SCHEMA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
                            "schema", "criteo")
 
 
-def _cpu_seconds() -> float:
+def cpu_seconds() -> float:
   own = resource.getrusage(resource.RUSAGE_SELF)
   children = resource.getrusage(resource.RUSAGE_CHILDREN)
   return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
@@ -72,13 +74,35 @@ def _transform(examples_uri: str, out: str):
           lambda: rows)
 
 
-def main(stage: str, source: str, out: str) -> None:
+def _statistics(examples_uri: str, out: str, options_json: str = ""):
+  """StatisticsGen's executor; options_json: a tfdv.StatsOptions as JSON
+  (empty: TFDV's defaults)."""
+  from tfx.components.statistics_gen import executor  # pylint: disable=g-import-not-at-top
+  examples = standard_artifacts.Examples()
+  examples.uri = examples_uri
+  examples.split_names = artifact_utils.encode_split_names(["train", "eval"])
+  statistics = standard_artifacts.ExampleStatistics()
+  statistics.uri = out
+  run = executor.Executor(executor.Executor.Context(
+      beam_pipeline_args=_BEAM_ARGS, tmp_dir=os.path.join(out, ".tmp"),
+      unique_id="ab"))
+  with open(os.path.join(examples_uri, "raw_example_gen_summary.json")) as f:
+    rows = json.load(f)["rows_read"]
+  properties = {specs.EXCLUDE_SPLITS_KEY: "[]"}
+  if options_json:
+    properties[specs.STATS_OPTIONS_JSON_KEY] = options_json
+  return (lambda: run.Do({specs.EXAMPLES_KEY: [examples]},
+                         {specs.STATISTICS_KEY: [statistics]}, properties),
+          lambda: rows)
+
+
+def main(stage: str, source: str, out: str, *options: str) -> None:
   shutil.rmtree(out, ignore_errors=True)
-  do, rows = {"examplegen": _examplegen, "transform": _transform}[stage](
-      source, out)
-  cpu, wall = _cpu_seconds(), time.time()
+  do, rows = {"examplegen": _examplegen, "transform": _transform,
+              "statistics": _statistics}[stage](source, out, *options)
+  cpu, wall = cpu_seconds(), time.time()
   do()
-  cpu, wall = _cpu_seconds() - cpu, time.time() - wall
+  cpu, wall = cpu_seconds() - cpu, time.time() - wall
   print(f"{stage}: rows {rows()} cpu_s {cpu:.1f} rows_per_cpu_s "
         f"{rows() / cpu:.0f} wall_s {wall:.1f} max_rss_MB "
         f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f}")

@@ -202,3 +202,53 @@ def test_avazu_missing_value_is_an_anomaly():
   rows = _good_rows(spec)
   rows[0][column] = None
   assert column in _anomalies(spec, rows)
+
+
+# ------------------------------------ the pipeline's StatisticsGen options
+
+
+def _sampled_anomalies(spec: features.DatasetSpec,
+                       batches: List[List[Dict[str, Any]]],
+                       path: str) -> Dict[str, str]:
+  """As _anomalies, through TFDV's Beam API (StatisticsGen's path, where the
+  sampling happens) with the options the pipeline gives a 10x-too-big input:
+  about one batch in ten is read."""
+  # pylint: disable=g-import-not-at-top
+  import apache_beam as beam
+  from pipeline import pipeline as pipeline_lib
+  options = pipeline_lib.create_stats_options(
+      10 * pipeline_lib.STATISTICS_SAMPLE_ROWS)
+  assert options.sample_rate == pytest.approx(0.1)
+  with beam.Pipeline() as p:
+    _ = (p | beam.Create([_record_batch(rows) for rows in batches])
+         | tfdv.GenerateStatistics(options)
+         | tfdv.WriteStatisticsToBinaryFile(path))
+  stats = tfdv.load_stats_binary(path)
+  assert 0 < stats.datasets[0].num_examples < sum(map(len, batches))
+  anomalies = tfdv.validate_statistics(stats, _schema(spec))
+  return {name: info.description
+          for name, info in anomalies.anomaly_info.items()}
+
+
+def test_create_stats_options_samples_only_big_inputs():
+  from pipeline import pipeline as pipeline_lib  # pylint: disable=g-import-not-at-top
+  rows = pipeline_lib.STATISTICS_SAMPLE_ROWS
+  assert pipeline_lib.create_stats_options(None).sample_rate is None
+  assert pipeline_lib.create_stats_options(rows).sample_rate is None
+  assert pipeline_lib.create_stats_options(4 * rows).sample_rate == 0.25
+  assert pipeline_lib.create_stats_options(rows).use_sketch_based_topk_uniques
+
+
+@pytest.mark.slow  # Two Beam pipelines.
+def test_sampled_statistics_still_stop_bad_columns(tmp_path):
+  """The gate on sampled, sketched statistics: clean data passes; a string
+  column where an int belongs and a column gone are still caught (single
+  bad rows never get this far: ExampleGen counts and drops them)."""
+  spec = features.CRITEO
+  good = [[_row(spec, 10 * b + i) for i in range(10)] for b in range(300)]
+  assert _sampled_anomalies(spec, good, str(tmp_path / "good")) == {}
+  int_column, gone = spec.int_features[-1], spec.str_categorical[-1]
+  bad = [[_row(spec, 10 * b + i, **{int_column: b"12", gone: None})
+          for i in range(10)] for b in range(300)]
+  found = _sampled_anomalies(spec, bad, str(tmp_path / "bad"))
+  assert "type" in found[int_column] and gone in found
