@@ -50,6 +50,7 @@ import tensorflow as tf
 import tensorflow_transform as tft
 
 from commands import data_benchmark
+from commands import flags
 from commands import generate
 from commands import study_data
 from pipeline.config import PipelineConfig
@@ -369,29 +370,6 @@ def write_csv(results: Sequence[Mapping[str, object]], path: str) -> None:
     writer.writerows(results)
 
 
-def parse_int_list(text: str) -> List[int]:
-  """'1024,8192' -> [1024, 8192] (argparse type), positive ints only."""
-  try:
-    values = [int(v) for v in text.split(",") if v.strip()]
-  except ValueError:
-    raise argparse.ArgumentTypeError(
-        f"expected comma-separated integers, got {text!r}") from None
-  if not values or any(v <= 0 for v in values):
-    raise argparse.ArgumentTypeError(
-        f"expected positive integers, got {text!r}")
-  return values
-
-
-def parse_name_list(text: str) -> List[str]:
-  """'float32,mixed_bfloat16' -> a list of precisions (argparse type)."""
-  values = [v.strip() for v in text.split(",") if v.strip()]
-  unknown = sorted(set(values) - set(models.PRECISIONS))
-  if not values or unknown:
-    raise argparse.ArgumentTypeError(
-        f"expected some of {','.join(models.PRECISIONS)}, got {text!r}")
-  return values
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
   """The `benchmark` subcommand's flags."""
   parser.add_argument("--stage", default="step", choices=("step", "data"),
@@ -402,7 +380,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
   parser.add_argument("--dataset", default="criteo",
                       choices=sorted(features.DATASETS))
   parser.add_argument("--model", default="deepfm", choices=models.MODELS)
-  parser.add_argument("--batch-sizes", type=parse_int_list,
+  parser.add_argument("--batch-sizes", type=flags.int_list,
                       default=list(DEFAULT_BATCH_SIZES),
                       help="comma-separated, e.g. 1024,8192")
   parser.add_argument("--data", default=None,
@@ -415,12 +393,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
   parser.add_argument("--vocab-scale", type=int, default=DEFAULT_VOCAB_SCALE,
                       help="also time tables this many times larger at the "
                       "first batch size (1: skip)")
-  parser.add_argument("--hidden-units", type=parse_int_list, default=None,
+  parser.add_argument("--hidden-units", type=flags.int_list, default=None,
                       help="DNN layer sizes (default: the model's)")
   parser.add_argument("--warmup-steps", type=int, default=3)
   parser.add_argument("--steps", type=int, default=20,
                       help="timed steps per case")
-  parser.add_argument("--precisions", type=parse_name_list,
+  parser.add_argument("--precisions", type=flags.choice_list(models.PRECISIONS, "precision"),
                       default=["float32"],
                       help="comma-separated, some of "
                       f"{','.join(models.PRECISIONS)}")

@@ -5,7 +5,7 @@ the input flags and the base-hyperparameter flags.
 """
 
 import argparse
-from typing import Any, Dict
+from typing import Any, Callable, Dict, List, Sequence
 
 from commands import tune
 from pipeline import config as config_lib
@@ -22,7 +22,34 @@ def _floats(text: str) -> tuple:
 
 
 def _ints(text: str) -> tuple:
-  return tuple(int(x) for x in text.split(","))
+  return tuple(int_list(text))
+
+
+def int_list(text: str) -> List[int]:
+  """'1024,8192' -> [1024, 8192] (argparse type), positive ints only."""
+  try:
+    values = [int(v) for v in text.split(",") if v.strip()]
+  except ValueError:
+    raise argparse.ArgumentTypeError(
+        f"expected comma-separated integers, got {text!r}") from None
+  if not values or any(v <= 0 for v in values):
+    raise argparse.ArgumentTypeError(
+        f"expected positive integers, got {text!r}")
+  return values
+
+
+def choice_list(choices: Sequence[str],
+                what: str) -> Callable[[str], List[str]]:
+  """An argparse type: 'a,b' -> ['a', 'b'], each one of `choices`."""
+  def parse(text: str) -> List[str]:
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    unknown = [v for v in values if v not in choices]
+    if not values or unknown:
+      raise argparse.ArgumentTypeError(
+          f"unknown {what} {unknown or text!r}; choose from "
+          f"{','.join(choices)}")
+    return values
+  return parse
 
 
 def _names(text: str) -> tuple:

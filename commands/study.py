@@ -38,7 +38,6 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import keras
 import tensorflow_transform as tft
 
-from commands import benchmark
 from commands import flags
 from commands import study_data
 from commands import study_evaluation
@@ -272,26 +271,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
   """The `study` subcommand's flags."""
   flags.add_input_arguments(parser, "DIR for the pipeline, study.csv/md and "
                           "figures (re-use it to resume)")
-  parser.add_argument("--batch-sizes", type=benchmark.parse_int_list,
+  parser.add_argument("--batch-sizes", type=flags.int_list,
                       default=list(DEFAULT_BATCH_SIZES))
-  parser.add_argument("--rules", type=_parse_rules,
+  parser.add_argument("--rules", type=flags.choice_list(scaling.RULES, "scaling rule"),
                       default=list(DEFAULT_RULES),
                       help=f"comma-separated, from {','.join(scaling.RULES)}")
-  parser.add_argument("--models", type=_parse_models,
+  parser.add_argument("--models", type=flags.choice_list(models.MODELS, "model"),
                       default=[settings.DEFAULT_MODEL],
                       help=f"comma-separated, from {','.join(models.MODELS)}")
   parser.add_argument("--epochs", type=int, default=1)
-  parser.add_argument("--seeds", type=benchmark.parse_int_list,
+  parser.add_argument("--seeds", type=flags.int_list,
                       default=[1234])
   parser.add_argument("--ablation", action="store_true",
                       help="also run the cowclip rule without clipping")
   parser.add_argument("--embedding-update",
                       default=settings.DEFAULT_EMBEDDING_UPDATE,
                       choices=settings.EMBEDDING_UPDATES)
-  parser.add_argument("--hidden-units", type=benchmark.parse_int_list,
+  parser.add_argument("--hidden-units", type=flags.int_list,
                       default=None, help="DNN layer sizes (default: the "
                       "model's)")
-  parser.add_argument("--frequency-thresholds", type=benchmark.parse_int_list,
+  parser.add_argument("--frequency-thresholds", type=flags.int_list,
                       default=None, help="rare,frequent typical id counts "
                       "of the id-frequency slice (default: the pipeline's)")
   parser.add_argument("--min-frequency", type=int, default=None,
@@ -299,23 +298,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       "dataset)")
   parser.add_argument("--eval-fraction", type=float, default=None)
   flags.add_hparam_arguments(parser, "each rule maps it")
-
-
-def _parse_choices(text: str, choices: Sequence[str], what: str) -> List[str]:
-  values = [v.strip() for v in text.split(",") if v.strip()]
-  unknown = [v for v in values if v not in choices]
-  if not values or unknown:
-    raise argparse.ArgumentTypeError(
-        f"unknown {what} {unknown or text!r}; choose from {','.join(choices)}")
-  return values
-
-
-def _parse_rules(text: str) -> List[str]:
-  return _parse_choices(text, scaling.RULES, "scaling rule")
-
-
-def _parse_models(text: str) -> List[str]:
-  return _parse_choices(text, models.MODELS, "model")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ import pytest
 
 from commands import benchmark
 from commands import cli
+from commands import flags
 from commands import generate
 from trainer_module import features
 from trainer_module import models
@@ -63,10 +64,11 @@ def test_cases_cover_each_precision():
   cases = benchmark.benchmark_cases([64], 1, models.PRECISIONS)
   assert {c.precision for c in cases} == set(models.PRECISIONS)
   assert len(cases) == 2 * 2 * len(models.PRECISIONS)
-  assert benchmark.parse_name_list("float32, mixed_bfloat16") == [
+  assert flags.choice_list(models.PRECISIONS, "precision")(
+      "float32, mixed_bfloat16") == [
       "float32", "mixed_bfloat16"]
   with pytest.raises(argparse.ArgumentTypeError, match="float16"):
-    benchmark.parse_name_list("float16")
+    flags.choice_list(models.PRECISIONS, "precision")("float16")
 
 
 def test_mlp_flops_count_the_three_matrix_products_per_weight():
@@ -78,10 +80,10 @@ def test_mlp_flops_count_the_three_matrix_products_per_weight():
 
 
 def test_parse_int_list_rejects_bad_lists():
-  assert benchmark.parse_int_list("1024, 8192") == [1024, 8192]
+  assert flags.int_list("1024, 8192") == [1024, 8192]
   for text in ("", "a,2", "0,4"):
     with pytest.raises(argparse.ArgumentTypeError):
-      benchmark.parse_int_list(text)
+      flags.int_list(text)
 
 
 @pytest.mark.slow
