@@ -337,6 +337,12 @@ class PipelineConfig:
     """The dataset's base hyperparameters with the user's overrides."""
     return {**self.spec.base_hparams, **self.hparams}
 
+  @functools.cached_property
+  def estimated_rows(self) -> Optional[int]:
+    """estimate_rows(data), read once: Transform's threshold and
+    StatisticsGen's sampling both size themselves by it."""
+    return estimate_rows(self.data)
+
   @property
   def vocabulary_min_frequency(self) -> int:
     """The threshold Transform uses: the configured one, else the dataset's
@@ -344,7 +350,7 @@ class PipelineConfig:
     cannot be read from here, e.g. a gs:// path at compile time)."""
     if self.min_frequency is not None:
       return self.min_frequency
-    rows = estimate_rows(self.data)
+    rows = self.estimated_rows
     if rows is None:
       return self.spec.min_frequency
     eval_fraction = (self.spec.eval_fraction if self.eval_fraction is None

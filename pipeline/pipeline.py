@@ -28,7 +28,6 @@ from components.strict_example_validator import StrictExampleValidator
 from components.tuner import CtrTuner
 from pipeline.config import PREPROCESSING_FN
 from pipeline.config import PipelineConfig
-from pipeline.config import estimate_rows
 from trainer_module.contract import ID_FREQUENCY
 from trainer_module.contract import LR_OUTPUT
 from trainer_module.contract import PREDICTION_KEY
@@ -196,7 +195,7 @@ def create_pipeline(config: PipelineConfig,
       max_bad_fraction=config.max_bad_fraction)
   statistics_gen = tfx.components.StatisticsGen(
       examples=example_gen.outputs["examples"],
-      stats_options=create_stats_options(estimate_rows(config.data)))
+      stats_options=create_stats_options(config.estimated_rows))
   schema_gen = tfx.components.ImportSchemaGen(schema_file=config.schema_path)
   example_validator = StrictExampleValidator(
       statistics=statistics_gen.outputs["statistics"],
