@@ -9,10 +9,11 @@ cost grows with the table size, the sparse update's should not).
 
 Inputs: a raw file in the dataset's layout (generated with commands.generate
 when none is given) goes once through the pipeline's own ingestion and
-Transform (commands.study_data.transform_once, in a temporary directory): the
-benchmark trains on what the Trainer would read, with the vocabulary
-threshold ``min_frequency``. Transform itself is not timed: it runs once per
-dataset.
+Transform (commands.study_data.transform_once, in ``--work-dir`` or a
+temporary directory): the benchmark trains on what the Trainer would read,
+with the vocabulary threshold ``min_frequency``. Transform itself is not
+timed: it runs once per dataset, and a kept work directory lets the next
+benchmark of the same file reuse it (TFX's cache).
 
 Timing: one epoch of ``warmup_steps + steps`` steps (the training part
 repeated as needed); training.ThroughputLogger, the Trainer's step timer,
@@ -295,7 +296,8 @@ def run_benchmark(dataset: str, model_name: str, batch_sizes: Sequence[int],
                   options: models.ModelOptions = models.ModelOptions(),
                   warmup_steps: int = 3, steps: int = 20,
                   seed: int = 1, precisions: Sequence[str] = ("float32",),
-                  components: bool = True) -> List[Dict[str, object]]:
+                  components: bool = True,
+                  work_dir: Optional[str] = None) -> List[Dict[str, object]]:
   """Times every case of benchmark_cases; one result dict per case.
 
   Args:
@@ -313,6 +315,8 @@ def run_benchmark(dataset: str, model_name: str, batch_sizes: Sequence[int],
     seed: seed of the generated rows.
     precisions: models.PRECISIONS to time.
     components: also time the parts of each step (component_seconds).
+    work_dir: where ingestion and Transform write (kept: a re-run on the
+      same file and threshold reuses them); None: a temporary directory.
   """
   spec = features.get_spec(dataset)
   if not batch_sizes or any(b <= 0 for b in batch_sizes):
@@ -325,12 +329,13 @@ def run_benchmark(dataset: str, model_name: str, batch_sizes: Sequence[int],
                      f"{list(precisions)}")
   threshold = spec.min_frequency if min_frequency is None else min_frequency
   with tempfile.TemporaryDirectory() as tmp:
+    work = work_dir or tmp
     path = data_path
     if path is None:
-      path = os.path.join(tmp, "raw", f"{spec.name}.txt")
-      os.makedirs(os.path.dirname(path))
+      path = os.path.join(work, "raw", f"{spec.name}.txt")
+      os.makedirs(os.path.dirname(path), exist_ok=True)
       generate.write_synthetic(spec.name, rows, seed, path)
-    data = transform(spec, path, threshold, os.path.join(tmp, "pipeline"))
+    data = transform(spec, path, threshold, os.path.join(work, "pipeline"))
     peaks = {p: matmul_peak_gflops(p) for p in precisions}
     return [time_training_step(model_name, spec, data, case, options,
                                warmup_steps, steps, peaks[case.precision],
@@ -405,6 +410,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
   parser.add_argument("--no-components", dest="components",
                       action="store_false",
                       help="skip timing the parts of each step")
+  parser.add_argument("--work-dir", default=None,
+                      help="keep the generated data, ingestion and Transform "
+                      "here; a re-run on the same file reuses them (default: "
+                      "a temporary directory; --stage data: "
+                      f"{data_benchmark.DEFAULT_WORK_DIR})")
   parser.add_argument("--output", default=None, help="write a CSV here")
 
 
@@ -419,7 +429,8 @@ def main(args: argparse.Namespace) -> int:
       rows=args.rows, min_frequency=args.min_frequency,
       vocab_scale=args.vocab_scale, options=options,
       warmup_steps=args.warmup_steps, steps=args.steps,
-      precisions=args.precisions, components=args.components)
+      precisions=args.precisions, components=args.components,
+      work_dir=args.work_dir)
   print(format_table(results))
   if args.output:
     write_csv(results, args.output)

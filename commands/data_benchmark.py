@@ -219,9 +219,8 @@ def append_to_doc(path: str, section: str, command: str) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-  """Flags of `benchmark --stage data` (--rows and --dataset are shared)."""
-  parser.add_argument("--work-dir", default=DEFAULT_WORK_DIR,
-                      help="[data] generated data and pipeline output")
+  """Flags of `benchmark --stage data` (--rows, --dataset and --work-dir are
+  shared)."""
   parser.add_argument("--doc", default=DEFAULT_DOC,
                       help="[data] markdown file the results are appended to")
   parser.add_argument("--data-batch-size", type=int,
@@ -236,7 +235,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def command_line(args: argparse.Namespace) -> str:
   """The `python -m pipeline benchmark --stage data` command of these flags."""
   parts = ["python -m pipeline benchmark --stage data", f"--rows {args.rows}"]
-  defaults = (("dataset", "criteo"), ("work_dir", DEFAULT_WORK_DIR),
+  defaults = (("dataset", "criteo"), ("work_dir", None),
               ("doc", DEFAULT_DOC), ("data_batch_size", DEFAULT_BATCH_SIZE))
   for name, default in defaults:
     if getattr(args, name) != default:
@@ -247,7 +246,8 @@ def command_line(args: argparse.Namespace) -> str:
 
 def main(args: argparse.Namespace) -> int:
   """Runs the data benchmark from parsed flags; prints and writes it."""
-  result = run_data_benchmark(args.rows, args.work_dir, args.dataset,
+  result = run_data_benchmark(args.rows, args.work_dir or DEFAULT_WORK_DIR,
+                              args.dataset,
                               args.data_batch_size,
                               extra_run_args=args.run_args)
   section = format_result(result)

@@ -16,6 +16,9 @@ from trainer_module import preprocessing
 from trainer_module import trainer
 
 
+MIN_FREQUENCY = 3
+
+
 @pytest.fixture(scope="module")
 def criteo_file(tmp_path_factory):
   path = tmp_path_factory.mktemp("bench") / "criteo.txt"
@@ -23,13 +26,19 @@ def criteo_file(tmp_path_factory):
   return path
 
 
+@pytest.fixture(scope="module")
+def work_dir(criteo_file):
+  """The benchmark's kept work directory: one Transform for both tests."""
+  return criteo_file.parent / "work"
+
+
 @pytest.mark.slow
-def test_adapter_reads_the_real_transform_output(criteo_file, tmp_path):
+def test_adapter_reads_the_real_transform_output(criteo_file, work_dir):
   """The benchmark trains on what Transform wrote for its rows (the
   transformed-feature contract of trainer_module.features), not on a
   re-implementation of it."""
-  data = benchmark.transform(features.CRITEO, str(criteo_file), 5,
-                             str(tmp_path / "pipeline"))
+  data = benchmark.transform(features.CRITEO, str(criteo_file), MIN_FREQUENCY,
+                             str(work_dir / "pipeline"))
   sizes = preprocessing.vocabulary_sizes(data.tf_transform_output,
                                          features.CRITEO)
   split = trainer.training_data(list(data.train_files),
@@ -42,11 +51,11 @@ def test_adapter_reads_the_real_transform_output(criteo_file, tmp_path):
   for field in features.CRITEO.dense:
     assert 0.0 <= batch[field].numpy().min() <= batch[field].numpy().max() <= 1
   assert set(np.unique(labels.numpy())) <= {0.0, 1.0}
-  # Frequency threshold 5 of this Transform: every kept id was seen >= 5
-  # times in the train split.
+  # The Transform's frequency threshold: every kept id was seen at least
+  # that often in the train split.
   counts = preprocessing.vocabulary_frequencies(data.tf_transform_output,
                                                 "C1")
-  assert counts.min() >= 5
+  assert counts.min() >= MIN_FREQUENCY
 
 
 def test_cases_cover_batch_update_cowclip_and_larger_vocabularies():
@@ -87,13 +96,14 @@ def test_parse_int_list_rejects_bad_lists():
 
 
 @pytest.mark.slow
-def test_benchmark_command_writes_positive_rates(criteo_file, tmp_path):
+def test_benchmark_command_writes_positive_rates(criteo_file, work_dir,
+                                                tmp_path):
   out = tmp_path / "bench.csv"
   code = cli.main(["benchmark", "--data", str(criteo_file),
                    "--batch-sizes", "64,256", "--hidden-units", "16",
-                   "--min-frequency", "3", "--vocab-scale", "3",
+                   "--min-frequency", str(MIN_FREQUENCY), "--vocab-scale", "3",
                    "--warmup-steps", "1", "--steps", "2",
-                   "--output", str(out)])
+                   "--work-dir", str(work_dir), "--output", str(out)])
   assert code == 0
   with open(out, newline="") as f:
     reader = csv.DictReader(f)

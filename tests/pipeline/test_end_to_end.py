@@ -166,6 +166,8 @@ def test_model_serves_its_logistic_regression_baseline_and_early_stops(
           lr + "binary_crossentropy"} <= set(evaluation.overall)
 
 
+# Re-runs cost a Trainer or an Evaluator each: one dataset shows them.
+@pytest.mark.parametrize("finished_run", ["criteo"], indirect=True)
 def test_rerun_with_same_output_reuses_cache(finished_run):
   dataset, data, output, _ = finished_run
   assert run_cli(dataset, data, output) == 0
@@ -181,6 +183,8 @@ def _pushed_versions(output):
   return sorted(os.listdir(output / "serving"))
 
 
+# Re-runs cost a Trainer or an Evaluator each: one dataset shows them.
+@pytest.mark.parametrize("finished_run", ["criteo"], indirect=True)
 def test_gate_blocks_a_model_below_the_auc_floor(finished_run, capsys):
   dataset, data, output, _ = finished_run
   before = _pushed_versions(output)
@@ -194,6 +198,8 @@ def test_gate_blocks_a_model_below_the_auc_floor(finished_run, capsys):
   assert first.stat().st_mtime_ns == stamp
 
 
+# Re-runs cost a Trainer or an Evaluator each: one dataset shows them.
+@pytest.mark.parametrize("finished_run", ["criteo"], indirect=True)
 def test_gate_blocks_a_model_worse_than_the_blessed_baseline(finished_run,
                                                              capsys):
   dataset, data, output, _ = finished_run
