@@ -278,11 +278,18 @@ def test_training_needs_compile_model():
     model.train_on_batch(features, labels)
 
 
-def test_sample_weights_are_rejected():
-  model = _model()
+def test_sample_weights_weigh_a_normalised_mean():
+  """Importance weights (test_sampling.py) enter as a weighted MEAN: the
+  same weight on every example trains exactly as no weights."""
   features, labels = _batch(0)
-  with pytest.raises(ValueError, match="sample weights"):
-    model.train_on_batch(features, labels, sample_weight=np.ones(8))
+  plain, doubled = _model(), _model()
+  want = plain.train_on_batch(features, labels, return_dict=True)
+  got = doubled.train_on_batch(features, labels, sample_weight=np.full(8, 2.0),
+                               return_dict=True)
+  assert float(got["logloss"]) == pytest.approx(float(want["logloss"]),
+                                                rel=1e-6)
+  for a, b in zip(plain.weights, doubled.weights):
+    np.testing.assert_allclose(_np(a), _np(b), rtol=1e-6, atol=1e-8)
 
 
 def test_throughput_logger_logs_examples_per_second(tmp_path, capsys):
