@@ -82,3 +82,13 @@ def test_activation_and_sampling_flags_become_settings():
     flags.config_from_args(cli.build_parser().parse_args(
         ["run", "--dataset", "criteo", "--data", "d", "--output", "o",
          "--negative-sampling-rate", "0"]))
+
+
+def test_study_takes_the_activation_and_the_sampling_rate():
+  args = cli.build_parser().parse_args(
+      ["study", "--dataset", "criteo", "--data", "d", "--output", "o",
+       "--activation", "smelu", "--smelu-beta", "2",
+       "--negative-sampling-rate", "0.5"])
+  assert flags.activation_options(args) == {"activation": "smelu",
+                                            "smelu_beta": 2.0}
+  assert args.negative_sampling_rate == 0.5
