@@ -162,11 +162,38 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                       help="dtype policy of the DNN/cross layers (default "
                       "float32; mixed_bfloat16 pays only with bf16 matrix "
                       "units, see docs/benchmark.md)")
+  add_activation_arguments(parser)
+  parser.add_argument("--negative-sampling-rate", type=float, default=None,
+                      metavar="P", help="keep each non-click of the train "
+                      "split with probability P (0 < P <= 1, default 1), "
+                      "decided by a hash of the example; kept non-clicks "
+                      "weigh 1/P in training. The eval split is never "
+                      "sampled")
   parser.add_argument("--beam-arg", dest="beam_args", action="append",
                       default=None, help="extra Beam pipeline argument "
                       "(repeatable), e.g. --beam-arg=--direct_num_workers=2")
   add_hparam_arguments(parser, "the scaling rule maps it")
   _add_tuning_arguments(parser)
+
+
+def add_activation_arguments(parser: argparse.ArgumentParser) -> None:
+  """--activation and --smelu-beta (`run` and `study`)."""
+  parser.add_argument("--activation", default=None,
+                      choices=settings.ACTIVATIONS,
+                      help="activation of the DNN layers (default relu; "
+                      "smelu: the smooth ReLU, more reproducible retrains)")
+  parser.add_argument("--smelu-beta", type=float, default=None,
+                      help="SmeLU's half-width beta (default "
+                      f"{settings.DEFAULT_SMELU_BETA}); needs "
+                      "--activation smelu")
+
+
+def activation_options(args: argparse.Namespace) -> Dict[str, Any]:
+  """The ModelOptions fields --activation and --smelu-beta set."""
+  if args.smelu_beta is not None and args.activation != "smelu":
+    raise ValueError("--smelu-beta only applies with --activation smelu")
+  return {name: getattr(args, name) for name in ("activation", "smelu_beta")
+          if getattr(args, name) is not None}
 
 
 def add_hparam_arguments(parser: argparse.ArgumentParser,
@@ -223,6 +250,9 @@ def config_from_args(args: argparse.Namespace) -> PipelineConfig:
       extra[name] = getattr(args, name)
   options = {name: getattr(args, name) for name in MODEL_OPTION_FLAGS
              if getattr(args, name) is not None}
+  options.update(activation_options(args))
+  if args.negative_sampling_rate is not None:
+    extra["negative_sampling_rate"] = args.negative_sampling_rate
   return PipelineConfig(
       dataset=args.dataset, data=args.data, output=args.output,
       model=args.model, batch_size=args.batch_size, epochs=args.epochs,

@@ -113,8 +113,10 @@ def train_baseline(config: PipelineConfig, train_files: Sequence[str],
                    tf_transform_output: tft.TFTransformOutput) -> keras.Model:
   """The logistic-regression baseline every run's export serves beside the
   model (the Evaluator's config reads it), trained once, as run_fn does."""
-  data = trainer.training_data(list(train_files), tf_transform_output,
-                               config.spec.label, config.batch_size)
+  data = trainer.training_data(
+      list(train_files), tf_transform_output, config.spec.label,
+      config.batch_size,
+      negative_sampling_rate=config.negative_sampling_rate)
   baseline, _ = trainer.train(config.trainer_settings, data,
                               tf_transform_output,
                               architecture=models.LOGISTIC_REGRESSION,
@@ -126,9 +128,10 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
   """Trains one run as run_fn does, evaluates it, returns its study.csv row."""
   config = run_config(setup.config, run)
   trainer_settings = config.trainer_settings
-  data = trainer.training_data(list(setup.train_files),
-                               setup.tf_transform_output, config.spec.label,
-                               run.batch_size, seed=run.seed)
+  data = trainer.training_data(
+      list(setup.train_files), setup.tf_transform_output, config.spec.label,
+      run.batch_size, seed=run.seed,
+      negative_sampling_rate=config.negative_sampling_rate)
   hparams = trainer.training_hparams(trainer_settings, {},
                                      data.train_examples)["scaled"]
   row = {"run": run.key, "model": run.model, "rule": run.rule,
@@ -297,6 +300,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="vocabulary frequency threshold (default: per "
                       "dataset)")
   parser.add_argument("--eval-fraction", type=float, default=None)
+  flags.add_activation_arguments(parser)
+  parser.add_argument("--negative-sampling-rate", type=float, default=1.0,
+                      metavar="P", help="keep each training non-click with "
+                      "probability P, weighted 1/P (default 1: all)")
   flags.add_hparam_arguments(parser, "each rule maps it")
 
 
@@ -304,15 +311,20 @@ def main(args: argparse.Namespace) -> int:
   """Runs the study from parsed flags."""
   overrides = flags.hparam_overrides(args)
   extra = {}
+  options = flags.activation_options(args)
   if args.hidden_units:
-    extra["model_options"] = {"hidden_units": tuple(args.hidden_units)}
+    options["hidden_units"] = tuple(args.hidden_units)
+  if options:
+    extra["model_options"] = options
   if args.frequency_thresholds:
     extra["frequency_thresholds"] = tuple(args.frequency_thresholds)
   config = PipelineConfig(dataset=args.dataset, data=args.data,
                           output=args.output, epochs=args.epochs,
                           hparams=overrides, min_frequency=args.min_frequency,
                           eval_fraction=args.eval_fraction,
-                          embedding_update=args.embedding_update, **extra)
+                          embedding_update=args.embedding_update,
+                          negative_sampling_rate=args.negative_sampling_rate,
+                          **extra)
   runs = study_runs(args.models, args.rules, args.batch_sizes, args.seeds,
                     args.ablation)
   rare, frequent = config.frequency_thresholds
@@ -323,7 +335,8 @@ def main(args: argparse.Namespace) -> int:
             f"Base hyperparameters at batch {config.spec.base_batch_size}: "
             f"{config.base_hparams}",
             f"Model options: {config.trainer_settings.model_options}; "
-            f"embedding update {config.embedding_update}.",
+            f"embedding update {config.embedding_update}; negative "
+            f"sampling rate {config.negative_sampling_rate}.",
             "Id-frequency buckets: the pipeline's id_frequency slice "
             "(geometric mean over fields of the training count of the "
             f"example's ids, OOV ids 0): < {rare} rare, < {frequent} medium, "

@@ -216,6 +216,8 @@ class PipelineConfig:
       Tuner's best_hyperparameters artifact) that the Trainer uses instead
       of tuning again.
     stop_after_tuner: end the pipeline at the Tuner (the tuning job).
+    negative_sampling_rate: the share of the train split's non-clicks the
+      Trainer keeps (settings.TrainerSettings.negative_sampling_rate).
   """
   dataset: str
   data: str
@@ -257,6 +259,7 @@ class PipelineConfig:
   tune_model_size: bool = False
   hparams_from: Optional[str] = None
   stop_after_tuner: bool = False
+  negative_sampling_rate: float = 1.0
 
   def __post_init__(self):
     features.get_spec(self.dataset)  # Fails early on an unknown dataset.
@@ -389,7 +392,8 @@ class PipelineConfig:
         cowclip_variant=self.cowclip_variant,
         model_options=self.model_options,
         frequency_field=self.frequency_field,
-        frequency_thresholds=self.frequency_thresholds)
+        frequency_thresholds=self.frequency_thresholds,
+        negative_sampling_rate=self.negative_sampling_rate)
 
   @functools.cached_property
   def tuning_settings(self) -> settings.TuningSettings:

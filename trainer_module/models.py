@@ -21,6 +21,9 @@ mean the same thing here:
   the width-1 "wide" table of every field + one weight per dense feature),
   trained by the same step on the same features. The pipeline trains it
   next to every model so the gate can check the model beats it.
+* The DNN's activation is ReLU or SmeLU (ModelOptions.activation), the
+  smooth ReLU that makes retrains reproducible (docs/
+  production_smelu_sampling.md).
 * The model returns ONE LOGIT [batch, 1]. The sigmoid belongs to the loss
   (from logits, numerically stable) and to the serving signature.
 
@@ -48,6 +51,53 @@ MODELS = settings.MODELS
 LOGISTIC_REGRESSION = settings.LOGISTIC_REGRESSION
 PRECISIONS = settings.PRECISIONS
 ModelOptions = settings.ModelOptions
+
+
+@keras.saving.register_keras_serializable(package="cowclip_ctr")
+class SmeLU(keras.layers.Layer):
+  """Smooth ReLU (Anil et al. 2022, "On the Factory Floor", sec. 5):
+
+    f(z) = 0                   for z <= -beta
+           (z + beta)^2 / (4 beta)  for |z| <= beta
+           z                   for z >= beta
+
+  Continuous with a continuous gradient (0, (z + beta) / (2 beta), 1), so
+  small weight changes move predictions smoothly: retrains of the same
+  model disagree less (prediction difference) than with ReLU's kink.
+  """
+
+  def __init__(self, beta: float = settings.DEFAULT_SMELU_BETA, **kwargs):
+    super().__init__(**kwargs)
+    if not beta > 0:
+      raise ValueError(f"SmeLU beta must be > 0, got {beta!r}")
+    self.beta = float(beta)
+
+  def call(self, z):
+    beta = ops.cast(self.beta, z.dtype)
+    quadratic = ops.square(z + beta) / (4.0 * beta)
+    return ops.where(z <= -beta, ops.zeros_like(z),
+                     ops.where(z >= beta, z, quadratic))
+
+  def get_config(self):
+    config = super().get_config()
+    config["beta"] = self.beta
+    return config
+
+
+def dnn_layers(options: ModelOptions) -> List[keras.layers.Layer]:
+  """The DNN of every model: Dense layers with options.activation (ReLU
+  inside Dense, SmeLU as its own layer after a linear Dense)."""
+  layers = []
+  relu = options.activation == "relu"
+  for i, units in enumerate(options.hidden_units):
+    layers.append(keras.layers.Dense(
+        units, activation="relu" if relu else None,
+        kernel_initializer=options.dense_initializer, name=f"dnn_{i}",
+        dtype=options.precision))
+    if not relu:
+      layers.append(SmeLU(options.smelu_beta, name=f"smelu_{i}",
+                          dtype=options.precision))
+  return layers
 
 
 @keras.saving.register_keras_serializable(package="cowclip_ctr")
@@ -228,10 +278,7 @@ class CTRModel(training.CowClipTrainer, keras.Model):
         name="linear_dense") if self.dense_features else None
     precision = options.precision
     self.dnn = None if linear_only else keras.Sequential(
-        [keras.layers.Dense(units, activation="relu",
-                            kernel_initializer=options.dense_initializer,
-                            name=f"dnn_{i}", dtype=precision)
-         for i, units in enumerate(options.hidden_units)], name="dnn")
+        dnn_layers(options), name="dnn")
     self.interaction = {
         "deepfm": lambda: FactorizationMachine(name="fm"),
         "wdl": lambda: None,

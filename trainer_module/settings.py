@@ -49,6 +49,12 @@ DEFAULT_FREQUENCY_THRESHOLDS = (100, 10000)
 TUNERS = ("random", "bayesian", "hyperband")
 DEFAULT_TUNER = "random"
 DEFAULT_TRIALS = 10
+# Activations of the DNN layers (ModelOptions.activation): ReLU, or SmeLU,
+# the smooth ReLU of "On the Factory Floor" (Anil et al., 2022, sec. 5),
+# which cuts the prediction difference between retrains.
+ACTIVATIONS = ("relu", "smelu")
+DEFAULT_ACTIVATION = "relu"
+DEFAULT_SMELU_BETA = 1.0
 
 
 def check_positive_int(name: str, value) -> None:
@@ -90,6 +96,8 @@ class ModelOptions:
       (bf16 keeps float32's exponent range: no loss scaling, zeta keeps its
       meaning). The same code runs on a GPU. Whether it is faster depends on
       the hardware (bf16 matrix units); see docs/benchmark.md.
+    activation: of the DNN layers of every model, one of ACTIVATIONS.
+    smelu_beta: SmeLU's half-width beta (> 0): quadratic on [-beta, beta].
   """
   embedding_dim: int = 10
   hidden_units: Tuple[int, ...] = (400, 400, 400)
@@ -99,6 +107,8 @@ class ModelOptions:
   embedding_stddev: float = 1e-2
   dense_initializer: str = "glorot_normal"
   precision: str = "float32"
+  activation: str = DEFAULT_ACTIVATION
+  smelu_beta: float = DEFAULT_SMELU_BETA
 
   def __post_init__(self):
     # Accept lists (e.g. from a JSON config) but keep the dataclass hashable.
@@ -122,6 +132,14 @@ class ModelOptions:
     if self.precision not in PRECISIONS:
       raise ValueError(f"ModelOptions.precision must be one of {PRECISIONS}, "
                        f"got {self.precision!r}")
+    if self.activation not in ACTIVATIONS:
+      raise ValueError(f"ModelOptions.activation must be one of "
+                       f"{ACTIVATIONS}, got {self.activation!r}")
+    if (isinstance(self.smelu_beta, bool) or
+        not isinstance(self.smelu_beta, numbers.Real) or
+        not self.smelu_beta > 0):
+      raise ValueError("ModelOptions.smelu_beta must be a number > 0, got "
+                       f"{self.smelu_beta!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,6 +171,10 @@ class TrainerSettings:
       dataset's).
     reference_examples: training rows the published values assume (None:
       the dataset's).
+    negative_sampling_rate: p in (0, 1]: the Trainer keeps each non-click
+      of the train split with probability p (a hash of the example decides,
+      the same rows in every run) and weighs the kept ones 1/p; clicks are
+      all kept (trainer.training_data). 1: no sampling.
   """
   dataset: str
   model: str = DEFAULT_MODEL
@@ -170,6 +192,7 @@ class TrainerSettings:
   code: str = ""
   base_batch_size: Optional[int] = None
   reference_examples: Optional[int] = None
+  negative_sampling_rate: float = 1.0
 
   def __post_init__(self):
     spec = features.get_spec(self.dataset)  # Fails on an unknown dataset.
@@ -205,6 +228,11 @@ class TrainerSettings:
     if not 0 < rare < frequent:
       raise ValueError("frequency thresholds must be 0 < rare < frequent, "
                        f"got {self.frequency_thresholds}")
+    rate = self.negative_sampling_rate
+    if (isinstance(rate, bool) or not isinstance(rate, numbers.Real) or
+        not 0 < rate <= 1):
+      raise ValueError("negative_sampling_rate must be in (0, 1], got "
+                       f"{rate!r}")
 
   @property
   def spec(self) -> features.DatasetSpec:

@@ -42,6 +42,14 @@ VALIDATION_BUCKETS = 1000
 # every epoch on big data.
 VALIDATION_FRACTION = 0.1
 MAX_VALIDATION_EXAMPLES = 200_000
+# Negative down-sampling: a keyed SipHash of the serialized record in
+# SAMPLING_BUCKETS buckets decides which non-clicks are kept. Keyed, so it is
+# independent of the validation slice's fingerprint (the same hash would keep
+# the non-clicks of the buckets next to the slice's).
+SAMPLING_BUCKETS = 1_000_000
+SAMPLING_KEY = (0x5EED, 0xC11C)
+# Records sampled per vectorised step (parse labels, hash, mask).
+_SAMPLING_CHUNK = 8192
 
 
 def validation_buckets(train_split_examples: int) -> int:
@@ -76,12 +84,52 @@ def record_filter(part: str, buckets: int):
   raise ValueError(f"unknown part {part!r}: 'all', 'train' or 'validation'")
 
 
+def kept_by_sampling(serialized: tf.Tensor, labels: tf.Tensor,
+                     rate: float) -> tf.Tensor:
+  """Whether negative down-sampling at `rate` keeps these records: every
+  click, and the non-clicks whose keyed hash falls in the first
+  round(rate * SAMPLING_BUCKETS) buckets (the same records in every run)."""
+  buckets = tf.strings.to_hash_bucket_strong(serialized, SAMPLING_BUCKETS,
+                                             SAMPLING_KEY)
+  return (tf.reshape(labels, [-1]) > 0.5) | (
+      buckets < round(rate * SAMPLING_BUCKETS))
+
+
+def importance_weights(labels: tf.Tensor, rate: float) -> tf.Tensor:
+  """1 for a click, 1 / rate for a kept non-click (float32, labels' shape):
+  each kept non-click stands for the 1 / rate non-clicks sampling drew it
+  from, so weighted sums estimate the unsampled ones."""
+  labels = tf.cast(labels, tf.float32)
+  return tf.where(labels > 0.5, tf.ones_like(labels),
+                  tf.fill(tf.shape(labels), 1.0 / rate))
+
+
+def _parse_labels(serialized, label):
+  return tf.io.parse_example(
+      serialized, {label: tf.io.FixedLenFeature([], tf.float32)})[label]
+
+
+def sample_negatives(records: tf.data.Dataset, label: str,
+                     rate: float) -> tf.data.Dataset:
+  """The serialized records negative down-sampling at `rate` keeps
+  (kept_by_sampling), in their order; the labels are parsed in chunks."""
+  def keep(serialized):
+    return tf.boolean_mask(serialized, kept_by_sampling(
+        serialized, _parse_labels(serialized, label), rate))
+  return records.batch(_SAMPLING_CHUNK).map(
+      keep, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+
+
 def label_stats(file_patterns: List[str], label: str, part: str = "all",
-                buckets: int = 0) -> Tuple[int, float]:
+                buckets: int = 0, negative_sampling_rate: float = 1.0
+               ) -> Tuple[int, float]:
   """(examples, click rate) of gzipped transformed TFRecords, in one pass.
 
   Only the label is parsed, in large batches: cheap next to training.
   `part` and `buckets` select the train or validation part (record_filter).
+  With a negative_sampling_rate below 1: (examples kept, the click rate of
+  the kept examples weighted by importance_weights), the estimate of the
+  unsampled click rate.
   """
   files = [f for p in file_patterns for f in tf.io.gfile.glob(p)]
   if not files:
@@ -91,16 +139,20 @@ def label_stats(file_patterns: List[str], label: str, part: str = "all",
   keep = record_filter(part, buckets)
   if keep is not None:
     records = records.filter(keep)
-  labels = records.batch(65536).map(
-          lambda batch: tf.io.parse_example(
-              batch, {label: tf.io.FixedLenFeature([], tf.float32)})[label])
-  examples, clicks = labels.reduce(
-      (tf.constant(0, tf.int64), tf.constant(0.0, tf.float64)),
-      lambda total, batch: (total[0] + tf.size(batch, tf.int64),
-                            total[1] + tf.reduce_sum(tf.cast(batch,
-                                                             tf.float64))))
+  rate = negative_sampling_rate
+  if rate < 1:
+    records = sample_negatives(records, label, rate)
+  labels = records.batch(65536).map(lambda b: _parse_labels(b, label))
+  examples, clicks, weight = labels.reduce(
+      (tf.constant(0, tf.int64), tf.constant(0.0, tf.float64),
+       tf.constant(0.0, tf.float64)),
+      lambda total, batch: (
+          total[0] + tf.size(batch, tf.int64),
+          total[1] + tf.reduce_sum(tf.cast(batch, tf.float64)),
+          total[2] + tf.reduce_sum(tf.cast(importance_weights(batch, rate),
+                                           tf.float64))))
   examples = int(examples)
-  return examples, float(clicks) / max(examples, 1)
+  return examples, float(clicks) / max(float(weight), 1.0)
 
 
 def make_dataset(file_patterns: List[str],
@@ -110,13 +162,16 @@ def make_dataset(file_patterns: List[str],
                  shuffle: bool,
                  seed: int = 0,
                  part: str = "all",
-                 buckets: int = 0) -> tf.data.Dataset:
+                 buckets: int = 0,
+                 negative_sampling_rate: float = 1.0) -> tf.data.Dataset:
   """(features, label) batches from transformed examples.
 
   Records are batched BEFORE parsing (one parse_example per batch instead
   of one per record) and read in parallel, so input is not the bottleneck.
   `part` and `buckets` keep the train or validation part of the records
-  (record_filter), on the serialized bytes, before any parsing.
+  (record_filter), on the serialized bytes, before any parsing. A
+  negative_sampling_rate below 1 keeps the records sample_negatives keeps
+  and gives (features, label, importance weight) batches.
   """
   files = [f for p in file_patterns for f in tf.io.gfile.glob(p)]
   feature_spec = tf_transform_output.transformed_feature_spec()
@@ -129,13 +184,19 @@ def make_dataset(file_patterns: List[str],
   keep = record_filter(part, buckets)
   if keep is not None:
     dataset = dataset.filter(keep)
+  rate = negative_sampling_rate
+  if rate < 1:
+    dataset = sample_negatives(dataset, label, rate)
   if shuffle:
     dataset = dataset.shuffle(max(16 * batch_size, 10_000), seed=seed)
   dataset = dataset.batch(batch_size)
 
   def parse(serialized):
     parsed = tf.io.parse_example(serialized, feature_spec)
-    return parsed, parsed.pop(label)
+    labels = parsed.pop(label)
+    if rate < 1:
+      return parsed, labels, importance_weights(labels, rate)
+    return parsed, labels
 
   return dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE).prefetch(
       tf.data.AUTOTUNE)
@@ -367,8 +428,11 @@ class TrainingData:
     validation: (features, label) batches of the validation slice.
     train_examples: examples in the training part.
     validation_examples: examples in the validation slice.
-    click_rate: click rate of the training part.
+    click_rate: click rate of the training part (importance-weighted
+      under negative sampling: the unsampled rate's estimate).
     validation_buckets: the slice's hash buckets (validation_buckets).
+    negative_sampling: {} without negative sampling; else the record of
+      sampling_record (rate, weights, the instability warning).
   """
   train: tf.data.Dataset
   validation: tf.data.Dataset
@@ -376,31 +440,82 @@ class TrainingData:
   validation_examples: int
   click_rate: float
   validation_buckets: int
+  negative_sampling: Mapping[str, Any] = dataclasses.field(
+      default_factory=dict)
+
+
+def sampling_record(rate: float, click_rate: float,
+                    batch_size: int) -> Dict[str, Any]:
+  """What negative sampling at `rate` does to training, and a warning when
+  its weights make training unstable.
+
+  The rule: a kept non-click weighs 1 / rate; when that is more than the
+  clicks a training batch holds on average (batch_size times the kept
+  click share, c / (c + rate (1 - c)) at click rate c), ONE non-click
+  outweighs all the batch's clicks, and the gradient of a step hangs on
+  which few non-clicks the hash kept. Also recorded: the batch's effective
+  sample size (sum w)^2 / sum w^2 as a share of the batch (1 unweighted).
+  """
+  c = min(max(click_rate, 1e-9), 1 - 1e-9)
+  kept_click_share = c / (c + rate * (1 - c))
+  clicks_per_batch = batch_size * kept_click_share
+  weight = 1.0 / rate
+  effective = (kept_click_share + (1 - kept_click_share) * weight) ** 2 / (
+      kept_click_share + (1 - kept_click_share) * weight ** 2)
+  warning = None
+  if weight > clicks_per_batch:
+    warning = (f"negative sampling rate {rate} weighs a kept non-click "
+               f"{weight:.4g}x, more than the {clicks_per_batch:.1f} clicks "
+               f"of an average batch of {batch_size}: one non-click "
+               "outweighs the batch's clicks and training is unstable; "
+               "raise --negative-sampling-rate or --batch-size")
+  return {"rate": rate, "non_click_weight": weight,
+          "kept_click_share": kept_click_share,
+          "clicks_per_batch": clicks_per_batch,
+          "effective_batch_share": effective, "warning": warning}
 
 
 def training_data(train_files: List[str],
                   tf_transform_output: tft.TFTransformOutput, label: str,
-                  batch_size: int, seed: int = 0) -> TrainingData:
+                  batch_size: int, seed: int = 0,
+                  negative_sampling_rate: float = 1.0) -> TrainingData:
   """The training part and the validation slice of the train split
-  (`seed`: the training part's shuffle)."""
+  (`seed`: the training part's shuffle).
+
+  Negative sampling (rate below 1) applies to both parts, with the same
+  weights: the weighted validation log loss estimates the unsampled one,
+  so early stopping and the bias refit judge the objective training
+  minimises, at the sampled cost. The eval split is never sampled: TFMA
+  (the Evaluator, the study) scores the unsampled eval examples without
+  weights, the distribution the model serves.
+  """
   split_examples, _ = label_stats(train_files, label)
   buckets = validation_buckets(split_examples)
+  rate = negative_sampling_rate
   train_examples, click_rate = label_stats(train_files, label, "train",
-                                           buckets)
-  validation_examples = split_examples - train_examples
+                                           buckets, rate)
+  validation_examples = (split_examples - train_examples if rate == 1 else
+                         label_stats(train_files, label, "validation",
+                                     buckets, rate)[0])
   if validation_examples == 0 or train_examples == 0:
     raise ValueError(f"the train split's {split_examples} examples are too "
                      "few to hold out a validation slice for early stopping; "
                      "give more data")
+  sampling = {}
+  if rate < 1:
+    sampling = sampling_record(rate, click_rate, batch_size)
+    if sampling["warning"]:
+      logging.warning("%s", sampling["warning"])
   return TrainingData(
       train=make_dataset(train_files, tf_transform_output, label, batch_size,
                          shuffle=True, seed=seed, part="train",
-                         buckets=buckets),
+                         buckets=buckets, negative_sampling_rate=rate),
       validation=make_dataset(train_files, tf_transform_output, label,
                               batch_size, shuffle=False, part="validation",
-                              buckets=buckets),
+                              buckets=buckets, negative_sampling_rate=rate),
       train_examples=train_examples, validation_examples=validation_examples,
-      click_rate=click_rate, validation_buckets=buckets)
+      click_rate=click_rate, validation_buckets=buckets,
+      negative_sampling=sampling)
 
 
 def fit(model: models.CTRModel, data: TrainingData, epochs: int,
@@ -486,6 +601,8 @@ def train(settings: TrainerSettings, data: TrainingData,
         data.click_rate, architecture, vocab_scale)
   record.update(fit(model, data, settings.epochs if epochs is None else epochs,
                     callbacks, verbose, initial_epoch, epoch_steps))
+  if data.negative_sampling:
+    record["negative_sampling"] = dict(data.negative_sampling)
   return model, record
 
 
@@ -498,7 +615,8 @@ def run_fn(fn_args) -> None:
   batch_size = settings.batch_size
 
   data = training_data(fn_args.train_files, tf_transform_output,
-                       settings.spec.label, batch_size)
+                       settings.spec.label, batch_size,
+                       negative_sampling_rate=settings.negative_sampling_rate)
   logging.info("%s", check_training_fits(
       preprocessing.vocabulary_sizes(tf_transform_output, settings.spec),
       model_options(settings, tuned).embedding_dim, batch_size,

@@ -32,6 +32,14 @@ CowClip paper and its reference implementation (bytedance/LargeBatchCTR) do:
   training also logs ``clipped_fraction``: of the (field, id) rows updated
   in the epoch, the share whose gradient CowClip scaled down. Near 0 means
   the clip does not act at this batch size and these hyperparameters.
+* Importance weights (negative down-sampling, trainer.training_data): when
+  the data are (features, label, weight) triples, the loss is the WEIGHTED
+  mean sum(w_i l_i) / sum(w_i) (the paper's batch mean when every w_i = 1,
+  so the L2 term keeps its scale), CowClip counts an id's occurrences by
+  their weights, and loss, logloss and auc are weighted too, in train_step
+  and test_step: an example of integer weight w trains exactly as w copies
+  of it would (the unsampled batch it stands for). recalibrate_bias weighs
+  its rows the same way.
 * A non-finite loss raises NonFiniteLossError during fit (a guard callback
   CTRModel.fit always adds), rather than exporting a broken model.
 
@@ -377,15 +385,18 @@ class CowClipTrainer:
     return self.training_config
 
   def _features_and_labels(self, data):
+    """(features, [batch, 1] labels, [batch, 1] importance weights or None
+    when the data carry none)."""
     features, labels, sample_weight = keras.utils.unpack_x_y_sample_weight(
         data)
-    if sample_weight is not None:
-      raise ValueError("sample weights are not supported: the CowClip "
-                       "thresholds assume a plain batch-mean loss")
     if labels is None:
       raise ValueError("training and evaluation data must be "
-                       "(features, label) pairs")
-    return features, tf.reshape(tf.cast(labels, tf.float32), [-1, 1])
+                       "(features, label) pairs or (features, label, "
+                       "weight) triples")
+    if sample_weight is not None:
+      sample_weight = tf.reshape(tf.cast(sample_weight, tf.float32), [-1, 1])
+    return (features, tf.reshape(tf.cast(labels, tf.float32), [-1, 1]),
+            sample_weight)
 
   def _l2_penalty(self, features, config: TrainingConfig):
     """l2 * sum(W^2) over the tables (dense) or the batch's rows (sparse)."""
@@ -400,7 +411,7 @@ class CowClipTrainer:
                     for t in present]
     return config.l2 * tf.add_n(squares)
 
-  def table_gradients(self, features, data_gradients, config):
+  def table_gradients(self, features, data_gradients, config, weights=None):
     """Gradients of the tables (data loss + L2, CowClip) and the L2 term.
 
     One row per distinct id of the batch: each field's ids are deduplicated
@@ -414,11 +425,16 @@ class CowClipTrainer:
         rows replaced, exactly the full-table gradient of the loss + L2
         clipped by CowClip, without a [V, d] pass per op.
 
+    With importance ``weights`` ([batch, 1]), CowClip's count of an id is
+    the sum of its examples' weights: its count in the batch where each
+    example appears weight times, which the weighted-mean loss stands for.
+
     Returns:
       (gradients in split_variables' table order, the L2 term of the loss,
       ids clipped, ids in the batch (both summed over the deep tables)).
     """
     gradients, squares, clipped, batch_ids = [], [], [], []
+    occurrences = None if weights is None else tf.reshape(weights, [-1])
     data_gradients = iter(data_gradients)  # In split_variables' order.
     for field, deep, wide in self.embedding_tables():
       rows, position = tf.unique(self.field_ids(features, field))
@@ -437,7 +453,8 @@ class CowClipTrainer:
         grad_rows += (2 * config.l2) * weights
         if clip:
           counts = tf.math.unsorted_segment_sum(
-              tf.ones_like(position, grad_rows.dtype), position, distinct)
+              tf.ones_like(position, grad_rows.dtype) if occurrences is None
+              else tf.cast(occurrences, grad_rows.dtype), position, distinct)
           result = cowclip.clip_rows(grad_rows, counts,
                                      tf.norm(weights, axis=-1), config.r,
                                      config.zeta, config.cowclip_variant)
@@ -455,26 +472,28 @@ class CowClipTrainer:
                                             tf.shape(table, out_type=rows.dtype)))
     return gradients, config.l2 * tf.add_n(squares), clipped, batch_ids
 
-  def _update_metrics(self, labels, logits, logloss, loss):
-    """Updates loss, logloss and auc; returns them for the logs."""
-    batch = tf.shape(labels)[0]
+  def _update_metrics(self, labels, logits, logloss, loss, weights=None):
+    """Updates loss, logloss and auc (weighted by the importance weights,
+    if any); returns them for the logs."""
+    batch = (tf.shape(labels)[0] if weights is None
+             else tf.reduce_sum(weights))
     self.loss_tracker.update_state(loss, sample_weight=batch)
     self.logloss_tracker.update_state(logloss, sample_weight=batch)
-    self.auc.update_state(labels, logits)
+    self.auc.update_state(labels, logits, sample_weight=weights)
     return {m.name: m.result()
             for m in (self.loss_tracker, self.logloss_tracker, self.auc)}
 
   def train_step(self, data):
     config = self._config()
-    features, labels = self._features_and_labels(data)
+    features, labels, weights = self._features_and_labels(data)
     tables, dense = self.split_variables()
     with tf.GradientTape() as tape:
       logits = self(features, training=True)
-      logloss = _mean_log_loss(labels, logits)
+      logloss = _mean_log_loss(labels, logits, weights)
     # The L2 term's gradient (2 * l2 * W) is added per row, not taped.
     gradients = tape.gradient(logloss, tables + dense)
     table_gradients, l2_term, clipped, batch_ids = self.table_gradients(
-        features, gradients[:len(tables)], config)
+        features, gradients[:len(tables)], config, weights)
     if config.cowclip:
       batch_ids = tf.cast(tf.add_n(batch_ids), tf.float32)
       self.clipped_tracker.update_state(
@@ -482,18 +501,19 @@ class CowClipTrainer:
           sample_weight=batch_ids)
     self.embedding_optimizer.apply(table_gradients, tables)
     self.optimizer.apply(gradients[len(tables):], dense)
-    logs = self._update_metrics(labels, logits, logloss, logloss + l2_term)
+    logs = self._update_metrics(labels, logits, logloss, logloss + l2_term,
+                                weights)
     if config.cowclip:
       logs["clipped_fraction"] = self.clipped_tracker.result()
     return logs
 
   def test_step(self, data):
     config = self._config()
-    features, labels = self._features_and_labels(data)
+    features, labels, weights = self._features_and_labels(data)
     logits = self(features, training=False)
-    logloss = _mean_log_loss(labels, logits)
+    logloss = _mean_log_loss(labels, logits, weights)
     loss = logloss + self._l2_penalty(features, config)
-    return self._update_metrics(labels, logits, logloss, loss)
+    return self._update_metrics(labels, logits, logloss, loss, weights)
 
   def _trackable_children(self, save_type="checkpoint", **kwargs):
     children = super()._trackable_children(save_type, **kwargs)
@@ -505,9 +525,14 @@ class CowClipTrainer:
     return children
 
 
-def _mean_log_loss(labels, logits):
-  return tf.reduce_mean(
-      tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
+def _mean_log_loss(labels, logits, weights=None):
+  """The batch mean of the cross-entropy; with importance weights the
+  weighted mean sum(w l) / sum(w)."""
+  losses = tf.nn.sigmoid_cross_entropy_with_logits(labels=labels,
+                                                   logits=logits)
+  if weights is None:
+    return tf.reduce_mean(losses)
+  return tf.reduce_sum(weights * losses) / tf.reduce_sum(weights)
 
 
 def compile_model(model: CowClipTrainer, config: TrainingConfig) -> None:
@@ -567,7 +592,8 @@ def early_stopping(patience: int = EARLY_STOPPING_PATIENCE
 
 def recalibrate_bias(model: CowClipTrainer, data: tf.data.Dataset) -> float:
   """Shifts the model's global bias so that its mean predicted click rate
-  on ``data`` ((features, label) batches) equals the data's click rate.
+  on ``data`` ((features, label) batches, or (features, label, weight):
+  then both means are weighted) equals the data's click rate.
 
   Why: early stopping keeps the epoch with the best log loss, but the
   embeddings (at embed_lr) move the logits further than the bias (at the
@@ -581,18 +607,22 @@ def recalibrate_bias(model: CowClipTrainer, data: tf.data.Dataset) -> float:
   Returns:
     The shift added to the bias (a logit).
   """
-  logits, labels = [], []
-  for features, label in data:
+  logits, labels, weights = [], [], []
+  for batch in data:
+    features, label, weight = keras.utils.unpack_x_y_sample_weight(batch)
     logits.append(keras.ops.convert_to_numpy(
         model(features, training=False)).reshape(-1))
     labels.append(keras.ops.convert_to_numpy(label).reshape(-1))
+    weights.append(np.ones_like(labels[-1], np.float64) if weight is None
+                   else keras.ops.convert_to_numpy(weight).reshape(-1))
   z = np.concatenate(logits).astype(np.float64)
-  rate = float(np.clip(np.concatenate(labels).astype(np.float64).mean(),
-                       1e-6, 1 - 1e-6))
+  w = np.concatenate(weights).astype(np.float64)
+  rate = float(np.clip(np.average(np.concatenate(labels).astype(np.float64),
+                                  weights=w), 1e-6, 1 - 1e-6))
   low, high = -30.0, 30.0  # The mean prediction grows with the shift.
   for _ in range(60):
     shift = (low + high) / 2
-    if np.mean(1.0 / (1.0 + np.exp(-(z + shift)))) > rate:
+    if np.average(1.0 / (1.0 + np.exp(-(z + shift))), weights=w) > rate:
       high = shift
     else:
       low = shift

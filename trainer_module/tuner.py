@@ -168,8 +168,10 @@ def tuner_fn(fn_args) -> tfx.components.TunerFnResult:
                        source="custom_config tuning.search_space",
                        model_options=settings.model_options)
   tf_transform_output = tft.TFTransformOutput(fn_args.transform_graph_path)
-  data = trainer.training_data(fn_args.train_files, tf_transform_output,
-                               settings.spec.label, settings.batch_size)
+  data = trainer.training_data(
+      fn_args.train_files, tf_transform_output, settings.spec.label,
+      settings.batch_size,
+      negative_sampling_rate=settings.negative_sampling_rate)
   hypermodel = CtrHyperModel(settings, space, tf_transform_output, data)
   tuner = make_tuner(tuning.tuner, hypermodel, tuning.trials,
                      settings.epochs,

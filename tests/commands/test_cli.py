@@ -57,3 +57,38 @@ def test_too_many_bad_rows_name_file_and_line(tmp_path, capsys):
   assert _run(tmp_path, data) == runner.EXIT_FAILED
   err = capsys.readouterr().err
   assert "train.txt" in err and "line 42" in err and "40" in err
+
+
+def test_activation_and_sampling_flags_become_settings():
+  args = cli.build_parser().parse_args(
+      ["run", "--dataset", "criteo", "--data", "d", "--output", "o",
+       "--activation", "smelu", "--smelu-beta", "0.5",
+       "--negative-sampling-rate", "0.25"])
+  settings = flags.config_from_args(args).trainer_settings
+  assert settings.model_options.activation == "smelu"
+  assert settings.model_options.smelu_beta == 0.5
+  assert settings.negative_sampling_rate == 0.25
+  assert settings.to_custom_config()["model_options"] == {
+      "activation": "smelu", "smelu_beta": 0.5}
+  default = flags.config_from_args(cli.build_parser().parse_args(
+      ["run", "--dataset", "criteo", "--data", "d", "--output", "o"]))
+  assert default.trainer_settings.negative_sampling_rate == 1.0
+  assert default.trainer_settings.model_options.activation == "relu"
+  with pytest.raises(ValueError, match="--smelu-beta only applies"):
+    flags.config_from_args(cli.build_parser().parse_args(
+        ["run", "--dataset", "criteo", "--data", "d", "--output", "o",
+         "--smelu-beta", "0.5"]))
+  with pytest.raises(ValueError, match="negative_sampling_rate"):
+    flags.config_from_args(cli.build_parser().parse_args(
+        ["run", "--dataset", "criteo", "--data", "d", "--output", "o",
+         "--negative-sampling-rate", "0"]))
+
+
+def test_study_takes_the_activation_and_the_sampling_rate():
+  args = cli.build_parser().parse_args(
+      ["study", "--dataset", "criteo", "--data", "d", "--output", "o",
+       "--activation", "smelu", "--smelu-beta", "2",
+       "--negative-sampling-rate", "0.5"])
+  assert flags.activation_options(args) == {"activation": "smelu",
+                                            "smelu_beta": 2.0}
+  assert args.negative_sampling_rate == 0.5

@@ -278,11 +278,77 @@ def test_training_needs_compile_model():
     model.train_on_batch(features, labels)
 
 
-def test_sample_weights_are_rejected():
-  model = _model()
+def test_unit_sample_weights_change_nothing_and_the_loss_is_a_weighted_mean():
+  """Importance weights (negative sampling): weights of 1 train exactly as
+  none; the loss is a weighted MEAN, so a uniform weight leaves it as is."""
   features, labels = _batch(0)
-  with pytest.raises(ValueError, match="sample weights"):
-    model.train_on_batch(features, labels, sample_weight=np.ones(8))
+  plain, weighted = _model(), _model()
+  want = plain.train_on_batch(features, labels, return_dict=True)
+  got = weighted.train_on_batch(features, labels, sample_weight=np.ones(8),
+                                return_dict=True)
+  for name in want:
+    assert float(got[name]) == pytest.approx(float(want[name]), rel=1e-6)
+  for a, b in zip(plain.weights, weighted.weights):
+    np.testing.assert_allclose(_np(a), _np(b), rtol=1e-6, atol=1e-8)
+  doubled = _model().test_on_batch(features, labels,
+                                   sample_weight=np.full(8, 2.0),
+                                   return_dict=True)
+  single = _model().test_on_batch(features, labels, return_dict=True)
+  assert float(doubled["logloss"]) == pytest.approx(float(single["logloss"]),
+                                                    rel=1e-6)
+
+
+@pytest.mark.parametrize("update", ["dense", "sparse"])
+def test_a_weighted_step_trains_as_the_batch_with_copies(update):
+  """Integer weight w == the example w times: loss, metrics, CowClip counts
+  and the Adam updates of every weight."""
+  config = dataclasses.replace(CONFIG, embedding_update=update, r=0.05)
+  features, labels = _batch(0, rows=12)
+  weights = np.where(labels > 0, 1.0, 3.0).astype(np.float32)
+  repeat = weights.astype(int)
+  copies = {k: np.repeat(v, repeat) for k, v in features.items()}
+  weighted, copied = _model(config), _model(config)
+  got = weighted.train_on_batch(features, labels, sample_weight=weights,
+                                return_dict=True)
+  want = copied.train_on_batch(copies, np.repeat(labels, repeat),
+                               return_dict=True)
+  for name in ("loss", "logloss", "auc", "clipped_fraction"):
+    assert got[name] == pytest.approx(want[name], rel=1e-5), name
+  assert want["clipped_fraction"] > 0  # The clip acted on both.
+  for a, b in zip(weighted.weights, copied.weights):
+    np.testing.assert_allclose(_np(a), _np(b), rtol=1e-5, atol=1e-7,
+                               err_msg=a.path)
+
+
+def test_weighted_logloss_and_auc_against_numpy():
+  model = _model()
+  features, labels = _batch(3, rows=64)
+  weights = np.where(labels > 0, 1.0, 4.0).astype(np.float32)
+  logs = model.test_on_batch(features, labels, sample_weight=weights,
+                             return_dict=True)
+  z = _np(model(features)).reshape(-1).astype(np.float64)
+  losses = np.maximum(z, 0) - z * labels + np.log1p(np.exp(-np.abs(z)))
+  assert logs["logloss"] == pytest.approx(
+      np.sum(weights * losses) / np.sum(weights), rel=1e-5)
+  # Weighted AUC: P(score of a click > score of a non-click), non-clicks
+  # weighted (ties absent: continuous scores).
+  clicks, others = z[labels > 0], z[labels == 0]
+  wins = (clicks[:, None] > others[None, :]) * weights[labels == 0][None, :]
+  exact = wins.sum() / (len(clicks) * weights[labels == 0].sum())
+  assert logs["auc"] == pytest.approx(exact, abs=5e-3)  # Keras' buckets.
+
+
+def test_recalibrate_bias_weighs_the_rows():
+  model = _model()
+  features, labels = _batch(5, rows=64)
+  weights = np.where(labels > 0, 1.0, 4.0).astype(np.float32)
+  data = tf.data.Dataset.from_tensor_slices(
+      (features, labels, weights)).batch(16)
+  training.recalibrate_bias(model, data)
+  z = _np(model(features)).reshape(-1).astype(np.float64)
+  mean_prediction = np.average(1 / (1 + np.exp(-z)), weights=weights)
+  assert mean_prediction == pytest.approx(
+      np.average(labels, weights=weights), abs=1e-5)
 
 
 def test_throughput_logger_logs_examples_per_second(tmp_path, capsys):

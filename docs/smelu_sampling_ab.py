@@ -1,0 +1,192 @@
+"""Measurements of docs/production_smelu_sampling.md: SmeLU vs ReLU, and
+negative down-sampling.
+
+Runs the real pipeline up to Transform once (cached, like `study`), then
+trains each run through trainer.train (the Trainer's one training path, with
+its validation slice, early stopping and bias refit) and scores the
+TRANSFORMED eval split (never sampled) with the trained model, keeping every
+eval prediction, so that:
+
+* AUC (exact, scikit-learn), log loss and calibration (mean prediction /
+  mean label) are computed on all eval examples;
+* PD (Anil et al. 2022, sec. 5) is computed between the eval predictions of
+  two runs that differ only in the seed:
+  PD = mean_i |p_i1 - p_i2| / ((p_i1 + p_i2) / 2).
+
+  cd WORKTREE && .venv/bin/python docs/smelu_sampling_ab.py \
+      --data runs/criteo300k.txt --output runs/h16-measure \
+      --activations relu,smelu --seeds 1,2,3 --rates 1,0.5,0.25 \
+      --rate-seeds 1 --epochs 1
+
+Runs: every activation at rate 1 with every seed (the PD pairs), and every
+rate with the first activation and every seed. Results go to
+OUTPUT/smelu_sampling.csv (one row per run; a restart skips finished runs)
+and the tables are printed as markdown.
+"""
+
+import argparse
+import csv
+import itertools
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.getcwd())
+
+import numpy as np  # noqa: E402
+from sklearn import metrics  # noqa: E402
+import tensorflow_transform as tft  # noqa: E402
+
+from commands import study_data  # noqa: E402
+from pipeline.config import PipelineConfig  # noqa: E402
+from trainer_module import trainer  # noqa: E402
+from trainer_module import training  # noqa: E402
+
+
+def prediction_difference(p1: np.ndarray, p2: np.ndarray) -> float:
+  """The paper's relative PD of two prediction vectors."""
+  p1, p2 = np.asarray(p1, np.float64), np.asarray(p2, np.float64)
+  return float(np.mean(np.abs(p1 - p2) / ((p1 + p2) / 2)))
+
+
+def _key(activation, rate, seed):
+  return f"{activation}-p{rate:g}-s{seed}"
+
+
+def run_one(config, setup, activation, rate, seed, batch_size):
+  config = PipelineConfig(**{
+      **{f: getattr(config, f) for f in config.__dataclass_fields__},
+      "model_options": {"activation": activation},
+      "negative_sampling_rate": rate})
+  settings = config.trainer_settings
+  tfto, train_files, eval_files = setup
+  data = trainer.training_data(train_files, tfto, config.spec.label,
+                               batch_size, seed=seed,
+                               negative_sampling_rate=rate)
+  timer = training.ThroughputLogger(batch_size)
+  start = time.perf_counter()
+  model, record = trainer.train(settings, data, tfto, seed=seed, verbose=0,
+                                callbacks=[timer])
+  seconds = time.perf_counter() - start
+  evaluation = trainer.make_dataset(eval_files, tfto, config.spec.label,
+                                    8192, shuffle=False)
+  logits, labels = [], []
+  for features, label in evaluation:
+    logits.append(model.predict_on_batch(features).reshape(-1))
+    labels.append(np.asarray(label).reshape(-1))
+  z = np.concatenate(logits).astype(np.float64)
+  y = np.concatenate(labels).astype(np.float64)
+  p = 1 / (1 + np.exp(-z))
+  history = record["history"]
+  return p, y, {
+      "run": _key(activation, rate, seed), "activation": activation,
+      "rate": rate, "seed": seed, "batch_size": batch_size,
+      "train_examples": data.train_examples,
+      "epochs_run": record["epochs_run"], "best_epoch": record["best_epoch"],
+      "train_seconds": seconds,
+      "examples_per_second": float(np.mean(history["examples_per_second"])),
+      "auc": metrics.roc_auc_score(y, p),
+      "logloss": metrics.log_loss(y, p),
+      "calibration": p.mean() / y.mean(),
+      "eval_examples": len(y),
+      "warning": record.get("negative_sampling", {}).get("warning") or ""}
+
+
+def main():
+  parser = argparse.ArgumentParser()
+  parser.add_argument("--data", required=True)
+  parser.add_argument("--output", required=True)
+  parser.add_argument("--activations", default="relu,smelu")
+  parser.add_argument("--seeds", default="1,2,3")
+  parser.add_argument("--rates", default="1,0.5,0.25")
+  parser.add_argument("--rate-seeds", default=None,
+                      help="seeds of the runs below rate 1 (default --seeds)")
+  parser.add_argument("--epochs", type=int, default=2)
+  parser.add_argument("--batch-size", type=int, default=1024)
+  args = parser.parse_args()
+  activations = args.activations.split(",")
+  seeds = [int(s) for s in args.seeds.split(",")]
+  rates = [float(r) for r in args.rates.split(",")]
+  rate_seeds = [int(s) for s in (args.rate_seeds or args.seeds).split(",")]
+  config = PipelineConfig(dataset="criteo", data=args.data,
+                          output=args.output, epochs=args.epochs,
+                          batch_size=args.batch_size)
+  inputs = study_data.transform_once(config)
+  setup = (tft.TFTransformOutput(inputs.transform_graph),
+           study_data.split_files(inputs.transformed_examples, "train"),
+           study_data.split_files(inputs.transformed_examples, "eval"))
+  # Seed by seed, the activations and the rates alternate (timing ratios
+  # from one sitting).
+  runs = []
+  for seed in seeds:
+    runs += [(a, 1.0, seed) for a in activations]
+    if seed in rate_seeds:
+      runs += [(activations[0], r, seed) for r in rates if r != 1]
+  csv_path = os.path.join(args.output, "smelu_sampling.csv")
+  pred_dir = os.path.join(args.output, "predictions")
+  os.makedirs(pred_dir, exist_ok=True)
+  rows = {}
+  if os.path.exists(csv_path):
+    with open(csv_path) as f:
+      rows = {r["run"]: r for r in csv.DictReader(f)}
+  for activation, rate, seed in runs:
+    key = _key(activation, rate, seed)
+    if key in rows:
+      continue
+    print(f"run {key}", flush=True)
+    p, y, row = run_one(config, setup, activation, rate, seed,
+                        args.batch_size)
+    np.save(os.path.join(pred_dir, key + ".npy"), p)
+    np.save(os.path.join(pred_dir, "labels.npy"), y)
+    rows[key] = row
+    with open(csv_path, "w", newline="") as f:
+      writer = csv.DictWriter(f, fieldnames=list(row))
+      writer.writeheader()
+      writer.writerows(rows.values())
+    print(json.dumps(row), flush=True)
+  report(rows, activations, seeds, rates, rate_seeds, pred_dir)
+
+
+def report(rows, activations, seeds, rates, rate_seeds, pred_dir):
+  """Markdown tables: per activation (mean, std over seeds, PD over seed
+  pairs), per rate."""
+  def value(key, name):
+    return float(rows[key][name])
+
+  print("| activation | AUC mean | AUC std | log loss | calibration | "
+        "PD (seed pairs) | pairs |")
+  print("|---|---|---|---|---|---|---|")
+  for activation in activations:
+    keys = [_key(activation, 1.0, s) for s in seeds]
+    aucs = [value(k, "auc") for k in keys]
+    pds = [prediction_difference(
+        np.load(os.path.join(pred_dir, a + ".npy")),
+        np.load(os.path.join(pred_dir, b + ".npy")))
+           for a, b in itertools.combinations(keys, 2)]
+    pairs = ", ".join(f"{a.split('-s')[1]}-{b.split('-s')[1]}"
+                      for a, b in itertools.combinations(keys, 2))
+    print(f"| {activation} | {np.mean(aucs):.4f} | {np.std(aucs):.4f} | "
+          f"{np.mean([value(k, 'logloss') for k in keys]):.4f} | "
+          f"{np.mean([value(k, 'calibration') for k in keys]):.3f} | "
+          f"{np.mean(pds):.4f} ({', '.join(f'{d:.4f}' for d in pds)}) | "
+          f"seeds {pairs} |")
+  print()
+  print("| rate | AUC mean | AUC std | log loss | calibration | train s | "
+        "train examples | examples/s |")
+  print("|---|---|---|---|---|---|---|---|")
+  for rate in sorted(rates, reverse=True):
+    keys = [_key(activations[0], rate, s) for s in rate_seeds]
+    stat = {n: [value(k, n) for k in keys] for n in (
+        "auc", "logloss", "calibration", "train_seconds", "train_examples",
+        "examples_per_second")}
+    print(f"| {rate:g} | {np.mean(stat['auc']):.4f} | "
+          f"{np.std(stat['auc']):.4f} | {np.mean(stat['logloss']):.4f} | "
+          f"{np.mean(stat['calibration']):.3f} | "
+          f"{np.mean(stat['train_seconds']):.1f} | "
+          f"{np.mean(stat['train_examples']):.0f} | "
+          f"{np.mean(stat['examples_per_second']):,.0f} |")
+
+
+if __name__ == "__main__":
+  main()
