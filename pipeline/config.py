@@ -216,6 +216,9 @@ class PipelineConfig:
       Tuner's best_hyperparameters artifact) that the Trainer uses instead
       of tuning again.
     stop_after_tuner: end the pipeline at the Tuner (the tuning job).
+    bias_constraints: slices whose per-bucket calibration bias training
+      constrains (settings.TrainerSettings.bias_constraints).
+    bias_constraint_lr: the constraint multipliers' ascent step.
   """
   dataset: str
   data: str
@@ -257,6 +260,8 @@ class PipelineConfig:
   tune_model_size: bool = False
   hparams_from: Optional[str] = None
   stop_after_tuner: bool = False
+  bias_constraints: Tuple[str, ...] = ()
+  bias_constraint_lr: float = settings.DEFAULT_BIAS_CONSTRAINT_LR
 
   def __post_init__(self):
     features.get_spec(self.dataset)  # Fails early on an unknown dataset.
@@ -389,7 +394,9 @@ class PipelineConfig:
         cowclip_variant=self.cowclip_variant,
         model_options=self.model_options,
         frequency_field=self.frequency_field,
-        frequency_thresholds=self.frequency_thresholds)
+        frequency_thresholds=self.frequency_thresholds,
+        bias_constraints=tuple(self.bias_constraints),
+        bias_constraint_lr=self.bias_constraint_lr)
 
   @functools.cached_property
   def tuning_settings(self) -> settings.TuningSettings:

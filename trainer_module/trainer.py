@@ -324,7 +324,10 @@ def build_and_compile(settings: TrainerSettings, tuned: Mapping[str, Any],
       cowclip=(settings.cowclip and
                architecture != models.LOGISTIC_REGRESSION),
       cowclip_variant=settings.cowclip_variant,
-      embedding_update=settings.embedding_update))
+      embedding_update=settings.embedding_update,
+      bias_constraints=(settings.bias_constraints if
+                        architecture != models.LOGISTIC_REGRESSION else ()),
+      bias_constraint_lr=settings.bias_constraint_lr))
   record.update(vocab_sizes=vocab_sizes, click_rate=click_rate,
                 model_options=dataclasses.asdict(options))
   return model, record
@@ -486,6 +489,8 @@ def train(settings: TrainerSettings, data: TrainingData,
         data.click_rate, architecture, vocab_scale)
   record.update(fit(model, data, settings.epochs if epochs is None else epochs,
                     callbacks, verbose, initial_epoch, epoch_steps))
+  if model.bias_constraints is not None:
+    record["bias_multipliers"] = model.bias_constraints.values()
   return model, record
 
 
