@@ -52,7 +52,7 @@ DEFAULT_TRIALS = 10
 # Bias constraints (trainer_module.bias_constraints): the reserved slice name
 # of the predicted-CTR buckets, and the multipliers' gradient-ascent step.
 PREDICTED_CTR = "predicted_ctr"
-DEFAULT_BIAS_CONSTRAINT_LR = 10.0
+DEFAULT_BIAS_CONSTRAINT_LR = 1.0
 
 
 def check_positive_int(name: str, value) -> None:
