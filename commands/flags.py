@@ -147,6 +147,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                       choices=settings.EMBEDDING_UPDATES,
                       help="dense: L2 and Adam on every row every step (the "
                       "paper); sparse: only rows of ids in the batch")
+  add_bias_constraint_arguments(parser)
   parser.add_argument("--cowclip-variant",
                       default=settings.DEFAULT_COWCLIP_VARIANT,
                       choices=settings.COWCLIP_VARIANTS,
@@ -194,6 +195,19 @@ def activation_options(args: argparse.Namespace) -> Dict[str, Any]:
     raise ValueError("--smelu-beta only applies with --activation smelu")
   return {name: getattr(args, name) for name in ("activation", "smelu_beta")
           if getattr(args, name) is not None}
+
+
+def add_bias_constraint_arguments(parser: argparse.ArgumentParser) -> None:
+  """--bias-constraints and --bias-constraint-lr (run, tune and study)."""
+  parser.add_argument("--bias-constraints", type=_names, default=(),
+                      metavar="F1,F2", help="constrain the calibration bias "
+                      "(label - prediction) of every bucket of these slices "
+                      "in training: categorical features (top ids + other) "
+                      f"or '{settings.PREDICTED_CTR}' (batch deciles)")
+  parser.add_argument("--bias-constraint-lr", type=float,
+                      default=settings.DEFAULT_BIAS_CONSTRAINT_LR,
+                      help="gradient-ascent step of the constraints' "
+                      "multipliers")
 
 
 def add_hparam_arguments(parser: argparse.ArgumentParser,
@@ -245,6 +259,9 @@ def config_from_args(args: argparse.Namespace) -> PipelineConfig:
   overrides = hparam_overrides(args)
   extra = {"beam_args": tuple(args.beam_args)} if args.beam_args else {}
   extra.update(_tuning_settings(args))
+  if args.bias_constraints:
+    extra.update(bias_constraints=args.bias_constraints,
+                 bias_constraint_lr=args.bias_constraint_lr)
   for name in ("calibration_band", "frequency_thresholds"):
     if getattr(args, name) is not None:
       extra[name] = getattr(args, name)

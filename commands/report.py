@@ -16,6 +16,7 @@ from typing import Any, List, Sequence
 
 from matplotlib.figure import Figure
 
+from commands import report_calibration
 from commands import report_figures
 from commands import report_reading
 from commands import report_text
@@ -35,6 +36,10 @@ COMPARE_PAGE = "compare.html"
 RELIABILITY_FIGURE = "reliability.png"
 ID_FREQUENCY_FIGURE = "id_frequency.png"
 TRAINING_FIGURE = "training.png"
+CALIBRATION_BUCKETS_FIGURE = "calibration_buckets.png"
+# The reliability figure's points: TFMA's fine calibration-plot buckets
+# merged into this many of about equal example count.
+RELIABILITY_BINS = 20
 COMPARE_ID_FREQUENCY_FIGURE = "compare_id_frequency.png"
 COMPARE_TRAINING_FIGURE = "compare_training.png"
 
@@ -156,7 +161,8 @@ def _evaluation_sections(run: RunSummary, report_dir: str) -> List[str]:
   parts.append("<h2>Calibration</h2>")
   if evaluation.reliability:
     parts.append(_image(report_figures.plot_reliability(
-        evaluation.reliability,
+        {model: report_calibration.merge_by_count(points, RELIABILITY_BINS)
+         for model, points in evaluation.reliability.items()},
         os.path.join(report_dir, RELIABILITY_FIGURE)), "reliability"))
   else:
     parts.append(_paragraph("Absent: the evaluation holds no calibration "
@@ -179,6 +185,44 @@ def _evaluation_sections(run: RunSummary, report_dir: str) -> List[str]:
           slices, os.path.join(report_dir, ID_FREQUENCY_FIGURE)),
                           "AUC and calibration by id frequency"))
     parts.append(_table(header, _slice_rows(slices, with_baseline)))
+  return parts
+
+
+def _calibration_bucket_section(run: RunSummary,
+                                report_dir: str) -> List[str]:
+  """Bias and calibration by predicted-CTR decile, id frequency and slice
+  feature, with the bucket-bias variances (commands.report_calibration)."""
+  if run.evaluation is None:
+    return []
+  parts = ["<h2>Calibration by bucket</h2>"]
+  axes = report_calibration.calibration_axes(run.evaluation)
+  if not axes:
+    return parts + [_paragraph(
+        "No buckets: the evaluation has neither TFMA's calibration plot "
+        "nor slices with mean label and mean prediction.")]
+  parts += [
+      _paragraph("Bias: mean label minus mean prediction (the sign of the "
+                 "'Factory Floor' paper, §7); calibration: mean prediction "
+                 "over mean label. The deciles of predicted CTR merge "
+                 "TFMA's fine calibration-plot buckets by example count (a "
+                 "fine bucket is never split: decile sizes are "
+                 "approximate). Bucket-bias variance: the unweighted "
+                 "variance of the bias over an axis' buckets."),
+      _image(report_calibration.plot(axes, os.path.join(
+          report_dir, CALIBRATION_BUCKETS_FIGURE)),
+             "calibration bias by bucket")]
+  multipliers = (run.training or {}).get("bias_multipliers")
+  if multipliers:
+    parts.append(_paragraph(
+        "Trained with bias constraints on " + ", ".join(multipliers) +
+        "; final multipliers by bucket: " + "; ".join(
+            f"{name}: " + " ".join(f"{v:+.3g}" for v in values)
+            for name, values in multipliers.items()) + "."))
+  for name, buckets in axes.items():
+    parts += [f"<h3>{html.escape(name)}: bucket-bias variance "
+              f"{report_calibration.bias_variance(buckets):.3e}</h3>",
+              _table(report_calibration.HEADER,
+                     report_calibration.rows(buckets))]
   return parts
 
 
@@ -258,6 +302,7 @@ def write_run_page(run: RunSummary) -> str:
   os.makedirs(report_dir, exist_ok=True)
   sections = [_outcome_section(run),
               *_evaluation_sections(run, report_dir),
+              *_calibration_bucket_section(run, report_dir),
               *_training_sections(run, report_dir),
               *_tuning_section(run)]
   path = os.path.join(report_dir, INDEX_PAGE)

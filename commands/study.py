@@ -138,6 +138,7 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
          "cowclip": run.cowclip, "batch_size": run.batch_size,
          "seed": run.seed, "epochs": config.epochs,
          "embedding_update": config.embedding_update,
+         "bias_constraints": ",".join(config.bias_constraints),
          "dense_lr": hparams["dense_lr"], "embed_lr": hparams["embed_lr"],
          "l2": hparams["l2"], "train_examples": data.train_examples}
   start = time.perf_counter()
@@ -181,7 +182,8 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
 def _training_signature(row: Mapping[str, object]) -> Tuple:
   return tuple(row[k] for k in ("model", "batch_size", "seed", "cowclip",
                                 "epochs", "embedding_update", "dense_lr",
-                                "embed_lr", "l2"))
+                                "embed_lr", "l2")) + (
+                                    row.get("bias_constraints") or "",)
 
 
 def same_training(config: PipelineConfig, run: StudyRun,
@@ -204,7 +206,8 @@ def same_training(config: PipelineConfig, run: StudyRun,
   wanted = _training_signature({
       "model": run.model, "batch_size": run.batch_size, "seed": run.seed,
       "cowclip": run.cowclip, "epochs": config.epochs,
-      "embedding_update": config.embedding_update, **hparams})
+      "embedding_update": config.embedding_update,
+      "bias_constraints": ",".join(config.bias_constraints), **hparams})
   for row in rows:
     if _training_signature(row) == wanted:
       return {**row, "run": run.key, "rule": run.rule}
@@ -283,6 +286,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       default=[settings.DEFAULT_MODEL],
                       help=f"comma-separated, from {','.join(models.MODELS)}")
   parser.add_argument("--epochs", type=int, default=1)
+  flags.add_bias_constraint_arguments(parser)
   parser.add_argument("--seeds", type=flags.int_list,
                       default=[1234])
   parser.add_argument("--ablation", action="store_true",
@@ -324,7 +328,8 @@ def main(args: argparse.Namespace) -> int:
                           eval_fraction=args.eval_fraction,
                           embedding_update=args.embedding_update,
                           negative_sampling_rate=args.negative_sampling_rate,
-                          **extra)
+                          bias_constraints=args.bias_constraints,
+                          bias_constraint_lr=args.bias_constraint_lr, **extra)
   runs = study_runs(args.models, args.rules, args.batch_sizes, args.seeds,
                     args.ablation)
   rare, frequent = config.frequency_thresholds
@@ -336,7 +341,8 @@ def main(args: argparse.Namespace) -> int:
             f"{config.base_hparams}",
             f"Model options: {config.trainer_settings.model_options}; "
             f"embedding update {config.embedding_update}; negative "
-            f"sampling rate {config.negative_sampling_rate}.",
+            f"sampling rate {config.negative_sampling_rate}; bias "
+            f"constraints {list(config.bias_constraints) or 'none'}.",
             "Id-frequency buckets: the pipeline's id_frequency slice "
             "(geometric mean over fields of the training count of the "
             f"example's ids, OOV ids 0): < {rare} rare, < {frequent} medium, "

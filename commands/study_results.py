@@ -23,8 +23,12 @@ COLUMNS = (
      "examples_per_second", "diverged", "final_train_loss", "clipped_fraction",
      "auc", "logloss",
      "mean_prediction", "mean_label", "calibration") +
-    tuple(f"{kind}_{b}" for b in BUCKETS for kind in ("auc", "examples")))
-_TEXT_COLUMNS = ("run", "model", "rule", "embedding_update")
+    tuple(f"{kind}_{b}" for b in BUCKETS for kind in ("auc", "examples")) +
+    ("bias_constraints",))
+# Columns a study.csv written before they existed may lack (read as "").
+_OPTIONAL_COLUMNS = ("bias_constraints",)
+_TEXT_COLUMNS = ("run", "model", "rule", "embedding_update",
+                 "bias_constraints")
 _BOOL_COLUMNS = ("cowclip", "diverged")
 
 
@@ -42,14 +46,15 @@ def read_rows(path: str) -> List[Dict[str, object]]:
   rows = []
   with open(path, newline="") as f:
     reader = csv.DictReader(f)
-    missing = set(COLUMNS) - set(reader.fieldnames or ())
+    missing = set(COLUMNS) - set(reader.fieldnames or ()) - set(
+        _OPTIONAL_COLUMNS)
     if missing:
       raise ValueError(f"{path}: not a study.csv of this version, missing "
                        f"columns {sorted(missing)}")
     for line_number, raw in enumerate(reader, start=2):
       row = {}
       for name in COLUMNS:
-        value = raw[name]
+        value = raw.get(name, "")
         if name in _TEXT_COLUMNS:
           row[name] = value
         elif name in _BOOL_COLUMNS:

@@ -218,6 +218,9 @@ class PipelineConfig:
     stop_after_tuner: end the pipeline at the Tuner (the tuning job).
     negative_sampling_rate: the share of the train split's non-clicks the
       Trainer keeps (settings.TrainerSettings.negative_sampling_rate).
+    bias_constraints: slices whose per-bucket calibration bias training
+      constrains (settings.TrainerSettings.bias_constraints).
+    bias_constraint_lr: the constraint multipliers' ascent step.
   """
   dataset: str
   data: str
@@ -260,6 +263,8 @@ class PipelineConfig:
   hparams_from: Optional[str] = None
   stop_after_tuner: bool = False
   negative_sampling_rate: float = 1.0
+  bias_constraints: Tuple[str, ...] = ()
+  bias_constraint_lr: float = settings.DEFAULT_BIAS_CONSTRAINT_LR
 
   def __post_init__(self):
     features.get_spec(self.dataset)  # Fails early on an unknown dataset.
@@ -393,7 +398,9 @@ class PipelineConfig:
         model_options=self.model_options,
         frequency_field=self.frequency_field,
         frequency_thresholds=self.frequency_thresholds,
-        negative_sampling_rate=self.negative_sampling_rate)
+        negative_sampling_rate=self.negative_sampling_rate,
+        bias_constraints=tuple(self.bias_constraints),
+        bias_constraint_lr=self.bias_constraint_lr)
 
   @functools.cached_property
   def tuning_settings(self) -> settings.TuningSettings:

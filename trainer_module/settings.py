@@ -55,6 +55,10 @@ DEFAULT_TRIALS = 10
 ACTIVATIONS = ("relu", "smelu")
 DEFAULT_ACTIVATION = "relu"
 DEFAULT_SMELU_BETA = 1.0
+# Bias constraints (trainer_module.bias_constraints): the reserved slice name
+# of the predicted-CTR buckets, and the multipliers' gradient-ascent step.
+PREDICTED_CTR = "predicted_ctr"
+DEFAULT_BIAS_CONSTRAINT_LR = 1.0
 
 
 def check_positive_int(name: str, value) -> None:
@@ -175,6 +179,10 @@ class TrainerSettings:
       of the train split with probability p (a hash of the example decides,
       the same rows in every run) and weighs the kept ones 1/p; clicks are
       all kept (trainer.training_data). 1: no sampling.
+    bias_constraints: slices whose per-bucket calibration bias the training
+      objective constrains (categorical features, or PREDICTED_CTR); () for
+      none. The logistic-regression baseline is trained without them.
+    bias_constraint_lr: the constraint multipliers' gradient-ascent step.
   """
   dataset: str
   model: str = DEFAULT_MODEL
@@ -193,6 +201,8 @@ class TrainerSettings:
   base_batch_size: Optional[int] = None
   reference_examples: Optional[int] = None
   negative_sampling_rate: float = 1.0
+  bias_constraints: Tuple[str, ...] = ()
+  bias_constraint_lr: float = DEFAULT_BIAS_CONSTRAINT_LR
 
   def __post_init__(self):
     spec = features.get_spec(self.dataset)  # Fails on an unknown dataset.
@@ -208,6 +218,7 @@ class TrainerSettings:
       fill(self, "model_options", ModelOptions(**self.model_options))
     fill(self, "auto_hparams", tuple(self.auto_hparams))
     fill(self, "frequency_thresholds", tuple(self.frequency_thresholds))
+    fill(self, "bias_constraints", tuple(self.bias_constraints))
     _check_choice("model", self.model, MODELS)
     _check_choice("scaling rule", self.scaling_rule, scaling.RULES)
     _check_choice("embedding_update", self.embedding_update,
@@ -233,6 +244,18 @@ class TrainerSettings:
         not 0 < rate <= 1):
       raise ValueError("negative_sampling_rate must be in (0, 1], got "
                        f"{rate!r}")
+    allowed = (PREDICTED_CTR,) + spec.categorical_features
+    unknown = [f for f in self.bias_constraints if f not in allowed]
+    if unknown or len(set(self.bias_constraints)) < len(
+        self.bias_constraints):
+      raise ValueError(f"bias constraints {list(self.bias_constraints)}: "
+                       f"each must be '{PREDICTED_CTR}' or a categorical "
+                       f"feature of {self.dataset}, once; unknown {unknown}")
+    if (isinstance(self.bias_constraint_lr, bool) or
+        not isinstance(self.bias_constraint_lr, numbers.Real) or
+        not self.bias_constraint_lr > 0):
+      raise ValueError("bias_constraint_lr must be a number > 0, got "
+                       f"{self.bias_constraint_lr!r}")
 
   @property
   def spec(self) -> features.DatasetSpec:
@@ -244,6 +267,7 @@ class TrainerSettings:
     config.update(base_hparams=dict(self.base_hparams),
                   auto_hparams=list(self.auto_hparams),
                   frequency_thresholds=list(self.frequency_thresholds),
+                  bias_constraints=list(self.bias_constraints),
                   model_options=_json_options(self.model_options))
     return config
 

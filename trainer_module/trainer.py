@@ -385,7 +385,10 @@ def build_and_compile(settings: TrainerSettings, tuned: Mapping[str, Any],
       cowclip=(settings.cowclip and
                architecture != models.LOGISTIC_REGRESSION),
       cowclip_variant=settings.cowclip_variant,
-      embedding_update=settings.embedding_update))
+      embedding_update=settings.embedding_update,
+      bias_constraints=(settings.bias_constraints if
+                        architecture != models.LOGISTIC_REGRESSION else ()),
+      bias_constraint_lr=settings.bias_constraint_lr))
   record.update(vocab_sizes=vocab_sizes, click_rate=click_rate,
                 model_options=dataclasses.asdict(options))
   return model, record
@@ -603,6 +606,8 @@ def train(settings: TrainerSettings, data: TrainingData,
                     callbacks, verbose, initial_epoch, epoch_steps))
   if data.negative_sampling:
     record["negative_sampling"] = dict(data.negative_sampling)
+  if model.bias_constraints is not None:
+    record["bias_multipliers"] = model.bias_constraints.values()
   return model, record
 
 

@@ -26,6 +26,10 @@ CowClip paper and its reference implementation (bytedance/LargeBatchCTR) do:
   that is the whole table's clip). Wide tables and dense weights are not
   clipped. Both updates work on one row per distinct id (see
   CowClipTrainer.table_gradients) and the dense one applies a fused Adam.
+* With TrainingConfig.bias_constraints, the objective the weights descend
+  adds the Lagrangian term of per-bucket calibration-bias constraints
+  (bias_constraints.py, the paper's §7); its multipliers ascend it after
+  each step. The tracked loss and logloss stay the ones below.
 * Tracked metrics: ``loss`` (the objective above), ``logloss`` (its BCE part,
   the CTR metric) and ``auc``, the same in train_step and test_step. (A
   custom Keras 3 train_step has to track its loss itself.) With CowClip on,
@@ -64,6 +68,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from trainer_module import bias_constraints as bias_constraints_lib
 from trainer_module import cowclip
 from trainer_module import hparams
 from trainer_module import settings
@@ -91,6 +96,9 @@ class TrainingConfig:
     embedding_update: "dense" (the reference) or "sparse", see module doc.
     jit_compile: XLA for the train and test steps; None: XLA for the dense
       update on a GPU only (see module doc).
+    bias_constraints: slice features whose per-bucket calibration bias the
+      objective constrains (bias_constraints.py); () for none.
+    bias_constraint_lr: gradient-ascent step of their multipliers.
   """
   dense_lr: float
   embed_lr: float
@@ -103,6 +111,8 @@ class TrainingConfig:
   cowclip_variant: str = settings.DEFAULT_COWCLIP_VARIANT
   embedding_update: str = settings.DEFAULT_EMBEDDING_UPDATE
   jit_compile: Optional[bool] = None
+  bias_constraints: Tuple[str, ...] = ()
+  bias_constraint_lr: float = settings.DEFAULT_BIAS_CONSTRAINT_LR
 
   def __post_init__(self):
     for name in hparams.NAMES:
@@ -354,6 +364,7 @@ class CowClipTrainer:
     self.clipped_tracker = keras.metrics.Mean(name="clipped_fraction")
     self.training_config = None
     self.embedding_optimizer = None
+    self.bias_constraints = None  # compile_model sets it when asked.
 
   @property
   def metrics(self):
@@ -490,8 +501,16 @@ class CowClipTrainer:
     with tf.GradientTape() as tape:
       logits = self(features, training=True)
       logloss = _mean_log_loss(labels, logits, weights)
+      objective = logloss
+      if self.bias_constraints is not None:
+        constraint, residuals = self.bias_constraints.term(
+            labels, logits,
+            self.bias_constraints.buckets(self, features, logits), weights)
+        objective = logloss + constraint
     # The L2 term's gradient (2 * l2 * W) is added per row, not taped.
-    gradients = tape.gradient(logloss, tables + dense)
+    gradients = tape.gradient(objective, tables + dense)
+    if self.bias_constraints is not None:
+      self.bias_constraints.ascend(residuals)
     table_gradients, l2_term, clipped, batch_ids = self.table_gradients(
         features, gradients[:len(tables)], config, weights)
     if config.cowclip:
@@ -571,6 +590,9 @@ def compile_model(model: CowClipTrainer, config: TrainingConfig) -> None:
   model.compile(optimizer=dense_optimizer, jit_compile=jit_compile)
   model.embedding_optimizer = embedding_optimizer
   model.training_config = config
+  model.bias_constraints = (bias_constraints_lib.BiasConstraints(
+      config.bias_constraints, config.bias_constraint_lr)
+                            if config.bias_constraints else None)
 
 
 # Early stopping watches the validation slice's log loss, not `val_loss`,

@@ -96,7 +96,8 @@ def _row(rule, batch, seed, auc, diverged=False, cowclip=None):
   row.update(run=study.StudyRun("deepfm", rule, batch, seed, cowclip).key,
              model="deepfm", rule=rule, cowclip=cowclip, batch_size=batch,
              seed=seed, embedding_update="dense", diverged=diverged, auc=auc,
-             auc_rare=auc - 0.05, examples_medium=math.nan)
+             auc_rare=auc - 0.05, examples_medium=math.nan,
+             bias_constraints="")
   if diverged:
     for name in ("auc", "logloss", "auc_rare"):
       row[name] = math.nan
