@@ -30,9 +30,7 @@ import tensorflow_transform as tft
 from tfx import v1 as tfx
 
 from trainer_module import contract
-from trainer_module import features
 from trainer_module import trainer
-from trainer_module import training
 from trainer_module.search_space import Dimension
 from trainer_module.search_space import search_space
 from trainer_module.settings import TrainerSettings
