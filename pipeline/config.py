@@ -216,6 +216,12 @@ class PipelineConfig:
       Tuner's best_hyperparameters artifact) that the Trainer uses instead
       of tuning again.
     stop_after_tuner: end the pipeline at the Tuner (the tuning job).
+    replicas: train the model this many times with different seeds
+      (settings.TrainerSettings.replicas); the Evaluator reports their
+      Prediction Difference.
+    push: settings.PUSH_MODES: with replicas, serve their mean or replica 0.
+    max_pd: the gate's bound on the replicas' Prediction Difference,
+      overall slice (None: no check; needs replicas > 1).
   """
   dataset: str
   data: str
@@ -257,6 +263,9 @@ class PipelineConfig:
   tune_model_size: bool = False
   hparams_from: Optional[str] = None
   stop_after_tuner: bool = False
+  replicas: int = 1
+  push: str = settings.DEFAULT_PUSH
+  max_pd: Optional[float] = None
 
   def __post_init__(self):
     features.get_spec(self.dataset)  # Fails early on an unknown dataset.
@@ -281,6 +290,12 @@ class PipelineConfig:
     if bad_slices:
       raise ValueError(f"cannot slice by {sorted(bad_slices)}: not raw "
                        f"categorical features of {self.dataset}")
+    if self.max_pd is not None and (self.replicas < 2 or
+                                    not self.max_pd > 0):
+      raise ValueError("max_pd (--max-pd) bounds the Prediction Difference "
+                       "between replicas: it needs replicas >= 2 and a "
+                       f"value > 0, got max_pd={self.max_pd}, "
+                       f"replicas={self.replicas}")
     hparams.check_overrides(self.hparams)
     self.trainer_settings  # pylint: disable=pointless-statement
     self._check_tuning()
@@ -389,7 +404,8 @@ class PipelineConfig:
         cowclip_variant=self.cowclip_variant,
         model_options=self.model_options,
         frequency_field=self.frequency_field,
-        frequency_thresholds=self.frequency_thresholds)
+        frequency_thresholds=self.frequency_thresholds,
+        replicas=self.replicas, push=self.push)
 
   @functools.cached_property
   def tuning_settings(self) -> settings.TuningSettings:

@@ -49,6 +49,11 @@ DEFAULT_FREQUENCY_THRESHOLDS = (100, 10000)
 TUNERS = ("random", "bayesian", "hyperband")
 DEFAULT_TUNER = "random"
 DEFAULT_TRIALS = 10
+# What the exported model serves when trained as replicas (TrainerSettings.
+# replicas > 1): the mean of the replicas' probabilities (a self-ensemble),
+# or replica 0 alone.
+PUSH_MODES = ("ensemble", "single")
+DEFAULT_PUSH = "ensemble"
 
 
 def check_positive_int(name: str, value) -> None:
@@ -153,6 +158,10 @@ class TrainerSettings:
       dataset's).
     reference_examples: training rows the published values assume (None:
       the dataset's).
+    replicas: train the model this many times, identically but for the
+      seed (initialisation and data order); their Prediction Difference
+      measures reproducibility (Anil et al. 2022, section 5).
+    push: one of PUSH_MODES: what the exported model serves with replicas.
   """
   dataset: str
   model: str = DEFAULT_MODEL
@@ -170,6 +179,8 @@ class TrainerSettings:
   code: str = ""
   base_batch_size: Optional[int] = None
   reference_examples: Optional[int] = None
+  replicas: int = 1
+  push: str = DEFAULT_PUSH
 
   def __post_init__(self):
     spec = features.get_spec(self.dataset)  # Fails on an unknown dataset.
@@ -190,8 +201,9 @@ class TrainerSettings:
     _check_choice("embedding_update", self.embedding_update,
                   EMBEDDING_UPDATES)
     _check_choice("CowClip variant", self.cowclip_variant, COWCLIP_VARIANTS)
+    _check_choice("push", self.push, PUSH_MODES)
     for name in ("batch_size", "epochs", "base_batch_size",
-                 "reference_examples"):
+                 "reference_examples", "replicas"):
       check_positive_int(name, getattr(self, name))
     unknown = sorted(set(self.auto_hparams) - set(scaling.AUTO_KEYS))
     if unknown:
