@@ -157,6 +157,27 @@ def frequency_buckets(typical_counts: tf.Tensor,
   return tf.gather(tf.constant(contract.FREQUENCY_BUCKETS), index)
 
 
+def serving_outputs(probabilities: Sequence[tf.Tensor],
+                    baseline_probability: tf.Tensor,
+                    push: str) -> Dict[str, tf.Tensor]:
+  """The serving signature's outputs from the replicas' probabilities.
+
+  contract.PREDICTION_KEY is the one replica's probability, or with
+  several the mean of their probabilities (push "ensemble", the
+  self-ensemble) or replica 0's (push "single"); each replica's is also
+  returned under contract.replica_output(i). contract.LR_OUTPUT is the
+  logistic-regression baseline's.
+  """
+  outputs = {contract.LR_OUTPUT: baseline_probability}
+  if len(probabilities) > 1:
+    outputs.update({contract.replica_output(i): p
+                    for i, p in enumerate(probabilities)})
+  outputs[contract.PREDICTION_KEY] = (
+      tf.add_n(list(probabilities)) / len(probabilities)
+      if push == "ensemble" else probabilities[0])
+  return outputs
+
+
 class ServingModule(tf.Module):
   """Raw serialized tf.Examples in, click probability out.
 
@@ -203,17 +224,10 @@ class ServingModule(tf.Module):
     replica's too (contract.replica_output), and the served probability is
     their mean (push "ensemble") or replica 0's (push "single")."""
     transformed = self._transform(examples)
-    probabilities = [tf.sigmoid(replica(transformed, training=False))
-                     for replica in self.replicas]
-    outputs = {contract.LR_OUTPUT: tf.sigmoid(
-        self.baseline(transformed, training=False))}
-    if len(probabilities) > 1:
-      outputs.update({contract.replica_output(i): p
-                      for i, p in enumerate(probabilities)})
-    outputs[contract.PREDICTION_KEY] = (
-        tf.add_n(probabilities) / len(probabilities)
-        if self._push == "ensemble" else probabilities[0])
-    return outputs
+    return serving_outputs(
+        [tf.sigmoid(replica(transformed, training=False))
+         for replica in self.replicas],
+        tf.sigmoid(self.baseline(transformed, training=False)), self._push)
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string,
                                               name="examples")])
