@@ -137,6 +137,7 @@ def _by_slice(output):
   return slices
 
 
+@pytest.mark.slow
 def test_tfma_replica_pd_by_slice_and_its_gate(tmp_path):
   """TFMA's PD per slice equals NumPy's on the same predictions; --max-pd
   blesses a model below the bound and fails one above it."""
@@ -195,6 +196,7 @@ def _save(module, path):
   return path
 
 
+@pytest.mark.slow
 def test_tfma_pd_against_the_baseline_model(tmp_path):
   """Churn: the candidate's served prediction against the baseline model's,
   per example, as the Evaluator computes it when it has a baseline."""
