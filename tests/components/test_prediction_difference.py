@@ -1,6 +1,6 @@
 """Prediction Difference: the formula against NumPy, and the TFMA metrics
 through the pipeline's own EvalConfig on a SavedModel whose replica outputs
-the test controls (a few hundred examples, in-process Beam)."""
+the test controls (300 of the LR gate test's examples, in-process Beam)."""
 
 import itertools
 
@@ -14,6 +14,8 @@ from components import prediction_difference as pd_lib
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_eval_config
 from trainer_module import contract
+
+import test_lr_gate
 
 ROWS = 300
 
@@ -81,15 +83,14 @@ def test_eval_config_bounds_replica_pd_only_when_asked(tmp_path):
     PipelineConfig(**base, max_pd=0.1)
 
 
-class _Replicas(tf.Module):
+class _Replicas(test_lr_gate._TwoOutputs):  # pylint: disable=protected-access
   """Serves two replica outputs, sigmoid(x) and sigmoid(x + shift * noise),
-  their mean as the prediction, and sigmoid(x) as the LR output."""
+  their mean as the prediction, and sigmoid(x) as the LR output (the LR
+  gate test's features)."""
 
   def __init__(self, shift: float):
-    super().__init__()
+    super().__init__(model_weight=1.0)
     self.shift = shift
-    self.spec = {"x": tf.io.FixedLenFeature([], tf.float32),
-                 "noise": tf.io.FixedLenFeature([], tf.float32)}
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
   def serve(self, examples):
@@ -107,18 +108,11 @@ class _Replicas(tf.Module):
     return {contract.ID_FREQUENCY: tf.where(f["x"] > 0, "frequent", "rare")}
 
 
-def _write_examples(path):
-  rng = np.random.default_rng(0)
-  x, noise = rng.normal(size=ROWS), rng.normal(size=ROWS)
-  labels = (rng.random(ROWS) < 1 / (1 + np.exp(-x))).astype(int)
-  with tf.io.TFRecordWriter(path) as writer:
-    for xi, ni, yi in zip(x, noise, labels):
-      writer.write(tf.train.Example(features=tf.train.Features(feature={
-          "x": tf.train.Feature(float_list=tf.train.FloatList(value=[xi])),
-          "noise": tf.train.Feature(float_list=tf.train.FloatList(
-              value=[ni])),
-          "label": tf.train.Feature(int64_list=tf.train.Int64List(
-              value=[yi]))})).SerializeToString())
+def _write_examples(path, monkeypatch):
+  """The LR gate test's examples (x, noise as float32, the label), ROWS of
+  them."""
+  monkeypatch.setattr(test_lr_gate, "ROWS", ROWS)
+  x, noise, _ = test_lr_gate._examples(path)  # pylint: disable=protected-access
   return x.astype(np.float32), noise.astype(np.float32)
 
 
@@ -138,7 +132,7 @@ def _by_slice(output):
 
 
 @pytest.mark.slow
-def test_tfma_replica_pd_by_slice_and_its_gate(tmp_path):
+def test_tfma_replica_pd_by_slice_and_its_gate(tmp_path, monkeypatch):
   """TFMA's PD per slice equals NumPy's on the same predictions; --max-pd
   blesses a model below the bound and fails one above it."""
   module = _Replicas(shift=0.5)
@@ -147,7 +141,7 @@ def test_tfma_replica_pd_by_slice_and_its_gate(tmp_path):
       "serving_default": module.serve,
       contract.SLICING_SIGNATURE: module.slicing_features})
   data = str(tmp_path / "eval.tfrecord")
-  x, noise = _write_examples(data)
+  x, noise = _write_examples(data, monkeypatch)
   first = 1 / (1 + np.exp(-x.astype(np.float64)))
   second = 1 / (1 + np.exp(-(x + np.float32(0.5) * noise).astype(
       np.float64)))
@@ -197,13 +191,13 @@ def _save(module, path):
 
 
 @pytest.mark.slow
-def test_tfma_pd_against_the_baseline_model(tmp_path):
+def test_tfma_pd_against_the_baseline_model(tmp_path, monkeypatch):
   """Churn: the candidate's served prediction against the baseline model's,
   per example, as the Evaluator computes it when it has a baseline."""
   candidate = _save(_Replicas(shift=0.5), str(tmp_path / "candidate"))
   baseline = _save(_Replicas(shift=0.0), str(tmp_path / "baseline"))
   data = str(tmp_path / "eval.tfrecord")
-  x, noise = _write_examples(data)
+  x, noise = _write_examples(data, monkeypatch)
   x64 = x.astype(np.float64)
   served = (1 / (1 + np.exp(-x64)) + 1 / (1 + np.exp(-(x + np.float32(
       0.5) * noise).astype(np.float64)))) / 2
