@@ -254,7 +254,7 @@ def _tuning_section(run: RunSummary) -> List[str]:
 
 def reproducibility_rows(run: RunSummary) -> List[List[str]]:
   """Per replica: its seed, early stopping, validation AUC (training.json)
-  and eval AUC (TFMA, the replica's output), then the ensemble's."""
+  and eval AUC (TFMA, the replica's output), then the served model's."""
   record = run.training or {}
   overall = run.evaluation.overall if run.evaluation else {}
   rows = []
@@ -265,14 +265,10 @@ def reproducibility_rows(run: RunSummary) -> List[List[str]]:
                  f"{replica.get('best_epoch', '-')}/"
                  f"{replica.get('epochs_run', '-')}",
                  format_metric("auc", best.get("val_auc")),
-                 format_metric("auc", overall.get(f"{output}/auc")),
-                 format_metric("binary_crossentropy", overall.get(
-                     f"{output}/binary_crossentropy"))])
+                 format_metric("auc", overall.get(f"{output}/auc"))])
   if rows:
     rows.append([f"served ({record.get('push', '-')})", "-", "-", "-",
-                 format_metric("auc", overall.get("auc")),
-                 format_metric("binary_crossentropy",
-                               overall.get("binary_crossentropy"))])
+                 format_metric("auc", overall.get("auc"))])
   return rows
 
 
@@ -301,7 +297,7 @@ def _reproducibility_section(run: RunSummary) -> List[str]:
                        "PD vs baseline"], rows))
   if replicas:
     parts.append(_table(["replica", "seed", "best/run epochs",
-                         "validation auc", "eval auc", "eval log loss"],
+                         "validation auc", "eval auc"],
                         replicas))
   return parts
 

@@ -185,8 +185,9 @@ def _prediction_difference_specs(config: PipelineConfig, on_overall, bounds
   """Prediction Difference (components.prediction_difference): against the
   baseline model (churn, when there is one) always; with replicas, between
   them (bounded by config.max_pd on the overall slice when set) and each
-  replica output's AUC and log loss. The candidate only: the baseline model
-  has no replica outputs."""
+  replica output's AUC (only AUC: TFMA's cost is per output and combiner,
+  docs/benchmark_eval.md). The candidate only: the baseline model has no
+  replica outputs."""
   churn = tfma.MetricConfig(
       class_name=prediction_difference.PredictionDifferenceVsBaseline.__name__,
       module=prediction_difference.__name__)
@@ -203,8 +204,7 @@ def _prediction_difference_specs(config: PipelineConfig, on_overall, bounds
         tfma.MetricsSpec(metrics=[replica_pd],
                          model_names=[tfma.CANDIDATE_KEY]),
         tfma.MetricsSpec(
-            metrics=[tfma.MetricConfig(class_name=name) for name in (
-                "AUC", "BinaryCrossEntropy", "MeanPrediction")],
+            metrics=[tfma.MetricConfig(class_name="AUC")],
             output_names=[replica_output(i) for i in range(config.replicas)],
             model_names=[tfma.CANDIDATE_KEY])]
   return specs

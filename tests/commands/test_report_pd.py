@@ -14,8 +14,7 @@ def _replica_run(tmp_path):
   run = rendering._summary(str(tmp_path))  # pylint: disable=protected-access
   overall = {**run.evaluation.overall, contract.REPLICA_PD: 0.0731,
              contract.BASELINE_PD: 0.1042,
-             "replica_0/auc": 0.7301, "replica_0/binary_crossentropy": 0.4580,
-             "replica_1/auc": 0.7288, "replica_1/binary_crossentropy": 0.4592}
+             "replica_0/auc": 0.7301, "replica_1/auc": 0.7288}
   slices = run.evaluation.slices + (SliceMetrics(
       "C1", "abc", {"example_count": 900.0, "auc": 0.7,
                     contract.REPLICA_PD: 0.0912}, None),)
@@ -31,9 +30,9 @@ def _replica_run(tmp_path):
 
 def test_replica_rows_read_training_record_and_tfma(tmp_path):
   assert report.reproducibility_rows(_replica_run(tmp_path)) == [
-      ["replica_0", 0, "2/3", "0.7411", "0.7301", "0.4580"],
-      ["replica_1", 1, "1/3", "0.7398", "0.7288", "0.4592"],
-      ["served (ensemble)", "-", "-", "-", "0.7312", "0.4571"]]
+      ["replica_0", 0, "2/3", "0.7411", "0.7301"],
+      ["replica_1", 1, "1/3", "0.7398", "0.7288"],
+      ["served (ensemble)", "-", "-", "-", "0.7312"]]
 
 
 def test_page_shows_pd_by_slice_and_replicas(tmp_path):
