@@ -175,6 +175,23 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                       "(repeatable), e.g. --beam-arg=--direct_num_workers=2")
   add_hparam_arguments(parser, "the scaling rule maps it")
   _add_tuning_arguments(parser)
+  _add_replica_arguments(parser)
+
+
+def _add_replica_arguments(parser: argparse.ArgumentParser) -> None:
+  replicas = parser.add_argument_group(
+      "replicas", "reproducibility: the model trained several times with "
+      "different seeds, their Prediction Difference (PD) reported by slice "
+      "(docs/production_pd.md)")
+  replicas.add_argument("--replicas", type=int, default=1,
+                        help="train the model this many times (default 1)")
+  replicas.add_argument("--push", default=settings.DEFAULT_PUSH,
+                        choices=settings.PUSH_MODES,
+                        help="with replicas, serve their mean probability "
+                        "(ensemble, default) or replica 0 (single)")
+  replicas.add_argument("--max-pd", type=float, default=None,
+                        help="gate: the replicas' PD on the overall slice "
+                        "may be at most this (default: no check)")
 
 
 def add_activation_arguments(parser: argparse.ArgumentParser) -> None:
@@ -284,7 +301,8 @@ def config_from_args(args: argparse.Namespace) -> PipelineConfig:
       slice_features=args.slice_features, min_slice_size=args.min_slice_size,
       frequency_field=args.frequency_field,
       embedding_update=args.embedding_update,
-      cowclip_variant=args.cowclip_variant, model_options=options, **extra)
+      cowclip_variant=args.cowclip_variant, model_options=options,
+      replicas=args.replicas, push=args.push, max_pd=args.max_pd, **extra)
 
 
 def _tuning_settings(args: argparse.Namespace) -> Dict[str, Any]:

@@ -296,6 +296,56 @@ def _tuning_section(run: RunSummary) -> List[str]:
   return parts
 
 
+def reproducibility_rows(run: RunSummary) -> List[List[str]]:
+  """Per replica: its seed, early stopping, validation AUC (training.json)
+  and eval AUC (TFMA, the replica's output), then the served model's."""
+  record = run.training or {}
+  overall = run.evaluation.overall if run.evaluation else {}
+  rows = []
+  for index, replica in enumerate(record.get("replicas", [])):
+    output = contract.replica_output(index)
+    best = replica.get("best", {})
+    rows.append([output, replica.get("seed", "-"),
+                 f"{replica.get('best_epoch', '-')}/"
+                 f"{replica.get('epochs_run', '-')}",
+                 format_metric("auc", best.get("val_auc")),
+                 format_metric("auc", overall.get(f"{output}/auc"))])
+  if rows:
+    rows.append([f"served ({record.get('push', '-')})", "-", "-", "-",
+                 format_metric("auc", overall.get("auc"))])
+  return rows
+
+
+def _reproducibility_section(run: RunSummary) -> List[str]:
+  """Prediction Difference (components.prediction_difference) overall and
+  by slice, and each replica's AUC; nothing when neither was computed."""
+  evaluation = run.evaluation
+  names = (contract.REPLICA_PD, contract.BASELINE_PD)
+  replicas = reproducibility_rows(run)
+  if evaluation is None or not (
+      replicas or any(n in evaluation.overall for n in names)):
+    return []
+  parts = ["<h2>Reproducibility: Prediction Difference</h2>", _paragraph(
+      "PD = mean over examples of |y1 - y2| / ((y1 + y2) / 2) (Anil et al. "
+      "2022, section 5): between the replicas trained with different seeds "
+      "(mean over pairs), and between this model's served prediction and "
+      "the baseline model's (churn between pushes).")]
+  rows = [["overall", format_metric("example_count",
+                                    evaluation.overall.get("example_count"))]
+          + [format_metric(n, evaluation.overall.get(n)) for n in names]]
+  rows += [[f"{s.feature}={s.value}",
+            format_metric("example_count", s.candidate.get("example_count"))]
+           + [format_metric(n, s.candidate.get(n)) for n in names]
+           for s in evaluation.slices]
+  parts.append(_table(["slice", "examples", "PD between replicas",
+                       "PD vs baseline"], rows))
+  if replicas:
+    parts.append(_table(["replica", "seed", "best/run epochs",
+                         "validation auc", "eval auc"],
+                        replicas))
+  return parts
+
+
 def write_run_page(run: RunSummary) -> str:
   """Writes DIR/report/index.html and its figures; returns the page path."""
   report_dir = os.path.join(run.output_dir, REPORT_DIR)
@@ -303,6 +353,7 @@ def write_run_page(run: RunSummary) -> str:
   sections = [_outcome_section(run),
               *_evaluation_sections(run, report_dir),
               *_calibration_bucket_section(run, report_dir),
+              *_reproducibility_section(run),
               *_training_sections(run, report_dir),
               *_tuning_section(run)]
   path = os.path.join(report_dir, INDEX_PAGE)

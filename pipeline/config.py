@@ -221,6 +221,12 @@ class PipelineConfig:
     bias_constraints: slices whose per-bucket calibration bias training
       constrains (settings.TrainerSettings.bias_constraints).
     bias_constraint_lr: the constraint multipliers' ascent step.
+    replicas: train the model this many times with different seeds
+      (settings.TrainerSettings.replicas); the Evaluator reports their
+      Prediction Difference.
+    push: settings.PUSH_MODES: with replicas, serve their mean or replica 0.
+    max_pd: the gate's bound on the replicas' Prediction Difference,
+      overall slice (None: no check; needs replicas > 1).
   """
   dataset: str
   data: str
@@ -265,6 +271,9 @@ class PipelineConfig:
   negative_sampling_rate: float = 1.0
   bias_constraints: Tuple[str, ...] = ()
   bias_constraint_lr: float = settings.DEFAULT_BIAS_CONSTRAINT_LR
+  replicas: int = 1
+  push: str = settings.DEFAULT_PUSH
+  max_pd: Optional[float] = None
 
   def __post_init__(self):
     features.get_spec(self.dataset)  # Fails early on an unknown dataset.
@@ -289,6 +298,12 @@ class PipelineConfig:
     if bad_slices:
       raise ValueError(f"cannot slice by {sorted(bad_slices)}: not raw "
                        f"categorical features of {self.dataset}")
+    if self.max_pd is not None and (self.replicas < 2 or
+                                    not self.max_pd > 0):
+      raise ValueError("max_pd (--max-pd) bounds the Prediction Difference "
+                       "between replicas: it needs replicas >= 2 and a "
+                       f"value > 0, got max_pd={self.max_pd}, "
+                       f"replicas={self.replicas}")
     hparams.check_overrides(self.hparams)
     self.trainer_settings  # pylint: disable=pointless-statement
     self._check_tuning()
@@ -400,7 +415,8 @@ class PipelineConfig:
         frequency_thresholds=self.frequency_thresholds,
         negative_sampling_rate=self.negative_sampling_rate,
         bias_constraints=tuple(self.bias_constraints),
-        bias_constraint_lr=self.bias_constraint_lr)
+        bias_constraint_lr=self.bias_constraint_lr,
+        replicas=self.replicas, push=self.push)
 
   @functools.cached_property
   def tuning_settings(self) -> settings.TuningSettings:

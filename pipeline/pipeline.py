@@ -20,6 +20,7 @@ from tfx.dsl.compiler import compiler
 from tfx.proto.orchestration import pipeline_pb2 as ir_pb2
 
 from components import lr_gate
+from components import prediction_difference
 from components.baseline import Evaluator
 from components.baseline import LatestPushedModel
 from components.pusher import Pusher
@@ -32,6 +33,7 @@ from trainer_module.contract import ID_FREQUENCY
 from trainer_module.contract import LR_OUTPUT
 from trainer_module.contract import PREDICTION_KEY
 from trainer_module.contract import SLICING_SIGNATURE
+from trainer_module.contract import replica_output
 
 RUN_FN = "trainer_module.trainer.run_fn"
 TUNER_FN = "trainer_module.tuner.tuner_fn"
@@ -166,6 +168,13 @@ def create_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
   # baseline, so both models must have SLICING_SIGNATURE (every model this
   # pipeline exports does). TFMA 0.47 does not slice on the candidate's
   # transformed features alone when the baseline has none.
+  metrics_specs = [
+      tfma.MetricsSpec(metrics=metrics),
+      # The candidate only: the baseline model may predate the output.
+      tfma.MetricsSpec(metrics=lr_metrics, output_names=[LR_OUTPUT],
+                       model_names=[tfma.CANDIDATE_KEY]),
+      tfma.MetricsSpec(metrics=[lr_check], model_names=[tfma.CANDIDATE_KEY])]
+  metrics_specs += _prediction_difference_specs(config, on_overall, bounds)
   return tfma.EvalConfig(
       model_specs=[tfma.ModelSpec(
           signature_name="serving_default",
@@ -174,13 +183,37 @@ def create_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
           prediction_key=PREDICTION_KEY,
           model_type=tfma.TF_GENERIC)],
       slicing_specs=slices,
-      metrics_specs=[
-          tfma.MetricsSpec(metrics=metrics),
-          # The candidate only: the baseline model may predate the output.
-          tfma.MetricsSpec(metrics=lr_metrics, output_names=[LR_OUTPUT],
-                           model_names=[tfma.CANDIDATE_KEY]),
-          tfma.MetricsSpec(metrics=[lr_check],
-                           model_names=[tfma.CANDIDATE_KEY])])
+      metrics_specs=metrics_specs)
+
+
+def _prediction_difference_specs(config: PipelineConfig, on_overall, bounds
+                                 ) -> List[tfma.MetricsSpec]:
+  """Prediction Difference (components.prediction_difference): against the
+  baseline model (churn, when there is one) always; with replicas, between
+  them (bounded by config.max_pd on the overall slice when set) and each
+  replica output's AUC (only AUC: TFMA's cost is per output and combiner,
+  docs/benchmark_eval.md). The candidate only: the baseline model has no
+  replica outputs."""
+  churn = tfma.MetricConfig(
+      class_name=prediction_difference.PredictionDifferenceVsBaseline.__name__,
+      module=prediction_difference.__name__)
+  specs = [tfma.MetricsSpec(metrics=[churn])]
+  if config.replicas > 1:
+    replica_pd = tfma.MetricConfig(
+        class_name=prediction_difference.ReplicaPredictionDifference.__name__,
+        module=prediction_difference.__name__,
+        config=f'"replicas": {config.replicas}',
+        per_slice_thresholds=(
+            on_overall(value_threshold=bounds(upper_bound=config.max_pd))
+            if config.max_pd is not None else []))
+    specs += [
+        tfma.MetricsSpec(metrics=[replica_pd],
+                         model_names=[tfma.CANDIDATE_KEY]),
+        tfma.MetricsSpec(
+            metrics=[tfma.MetricConfig(class_name="AUC")],
+            output_names=[replica_output(i) for i in range(config.replicas)],
+            model_names=[tfma.CANDIDATE_KEY])]
+  return specs
 
 
 def create_pipeline(config: PipelineConfig,

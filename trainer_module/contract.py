@@ -26,3 +26,20 @@ MODEL_SIZE_KEYS = ("embedding_dim", "dnn_units", "dnn_layers")
 # The tuning objective: the best epoch's validation AUC (the models log
 # ``auc``, Keras prefixes validation metrics).
 OBJECTIVE = "val_auc"
+# With replicas (TrainerSettings.replicas > 1) the signature also returns
+# each replica's click probability under replica_output(i), so the
+# Evaluator computes their Prediction Difference and AUC per slice; the
+# PREDICTION_KEY output is then their mean (the self-ensemble) or replica 0.
+REPLICA_OUTPUT_PREFIX = "replica_"
+
+
+def replica_output(index: int) -> str:
+  """The serving output of replica `index` (0-based)."""
+  return f"{REPLICA_OUTPUT_PREFIX}{index}"
+
+
+# TFMA metric names of components.prediction_difference: between the
+# replicas of one model (the gate's optional --max-pd check), and between
+# the candidate's and the latest pushed model's served predictions (churn).
+REPLICA_PD = "replica_prediction_difference"
+BASELINE_PD = "prediction_difference_vs_baseline"

@@ -59,6 +59,11 @@ DEFAULT_SMELU_BETA = 1.0
 # of the predicted-CTR buckets, and the multipliers' gradient-ascent step.
 PREDICTED_CTR = "predicted_ctr"
 DEFAULT_BIAS_CONSTRAINT_LR = 1.0
+# What the exported model serves when trained as replicas (TrainerSettings.
+# replicas > 1): the mean of the replicas' probabilities (a self-ensemble),
+# or replica 0 alone.
+PUSH_MODES = ("ensemble", "single")
+DEFAULT_PUSH = "ensemble"
 
 
 def check_positive_int(name: str, value) -> None:
@@ -183,6 +188,10 @@ class TrainerSettings:
       objective constrains (categorical features, or PREDICTED_CTR); () for
       none. The logistic-regression baseline is trained without them.
     bias_constraint_lr: the constraint multipliers' gradient-ascent step.
+    replicas: train the model this many times, identically but for the
+      seed (initialisation and data order); their Prediction Difference
+      measures reproducibility (Anil et al. 2022, section 5).
+    push: one of PUSH_MODES: what the exported model serves with replicas.
   """
   dataset: str
   model: str = DEFAULT_MODEL
@@ -203,6 +212,8 @@ class TrainerSettings:
   negative_sampling_rate: float = 1.0
   bias_constraints: Tuple[str, ...] = ()
   bias_constraint_lr: float = DEFAULT_BIAS_CONSTRAINT_LR
+  replicas: int = 1
+  push: str = DEFAULT_PUSH
 
   def __post_init__(self):
     spec = features.get_spec(self.dataset)  # Fails on an unknown dataset.
@@ -224,8 +235,9 @@ class TrainerSettings:
     _check_choice("embedding_update", self.embedding_update,
                   EMBEDDING_UPDATES)
     _check_choice("CowClip variant", self.cowclip_variant, COWCLIP_VARIANTS)
+    _check_choice("push", self.push, PUSH_MODES)
     for name in ("batch_size", "epochs", "base_batch_size",
-                 "reference_examples"):
+                 "reference_examples", "replicas"):
       check_positive_int(name, getattr(self, name))
     unknown = sorted(set(self.auto_hparams) - set(scaling.AUTO_KEYS))
     if unknown:

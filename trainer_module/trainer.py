@@ -30,6 +30,7 @@ from trainer_module import hparams
 from trainer_module import models
 from trainer_module import preprocessing
 from trainer_module import scaling
+from trainer_module import settings as settings_lib
 from trainer_module import training
 from trainer_module.settings import TrainerSettings
 
@@ -217,6 +218,27 @@ def frequency_buckets(typical_counts: tf.Tensor,
   return tf.gather(tf.constant(contract.FREQUENCY_BUCKETS), index)
 
 
+def serving_outputs(probabilities: Sequence[tf.Tensor],
+                    baseline_probability: tf.Tensor,
+                    push: str) -> Dict[str, tf.Tensor]:
+  """The serving signature's outputs from the replicas' probabilities.
+
+  contract.PREDICTION_KEY is the one replica's probability, or with
+  several the mean of their probabilities (push "ensemble", the
+  self-ensemble) or replica 0's (push "single"); each replica's is also
+  returned under contract.replica_output(i). contract.LR_OUTPUT is the
+  logistic-regression baseline's.
+  """
+  outputs = {contract.LR_OUTPUT: baseline_probability}
+  if len(probabilities) > 1:
+    outputs.update({contract.replica_output(i): p
+                    for i, p in enumerate(probabilities)})
+  outputs[contract.PREDICTION_KEY] = (
+      tf.add_n(list(probabilities)) / len(probabilities)
+      if push == "ensemble" else probabilities[0])
+  return outputs
+
+
 class ServingModule(tf.Module):
   """Raw serialized tf.Examples in, click probability out.
 
@@ -226,12 +248,17 @@ class ServingModule(tf.Module):
   whether large-batch training hurt the rare ids.
   """
 
-  def __init__(self, model: keras.Model, baseline: keras.Model,
+  def __init__(self, model: Any, baseline: keras.Model,
                tf_transform_output: tft.TFTransformOutput,
                spec: features.DatasetSpec, frequency_field: str,
-               frequency_thresholds: Sequence[int]):
+               frequency_thresholds: Sequence[int],
+               push: str = settings_lib.DEFAULT_PUSH):
+    """`model`: the model, or the list of its replicas (see serve);
+    `push`: settings.PUSH_MODES, what is served with replicas."""
     super().__init__()
-    self.model = model
+    self.replicas = (list(model) if isinstance(model, (list, tuple))
+                     else [model])
+    self._push = push
     self.baseline = baseline
     self.transform_layer = tf_transform_output.transform_features_layer()
     raw_spec = tf_transform_output.raw_feature_spec()
@@ -254,11 +281,14 @@ class ServingModule(tf.Module):
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string,
                                               name="examples")])
   def serve(self, examples):
+    """The click probability and the baseline's; with replicas, each
+    replica's too (contract.replica_output), and the served probability is
+    their mean (push "ensemble") or replica 0's (push "single")."""
     transformed = self._transform(examples)
-    return {contract.PREDICTION_KEY: tf.sigmoid(
-                self.model(transformed, training=False)),
-            contract.LR_OUTPUT: tf.sigmoid(
-                self.baseline(transformed, training=False))}
+    return serving_outputs(
+        [tf.sigmoid(replica(transformed, training=False))
+         for replica in self.replicas],
+        tf.sigmoid(self.baseline(transformed, training=False)), self._push)
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string,
                                               name="examples")])
@@ -276,14 +306,14 @@ class ServingModule(tf.Module):
         typical, self._frequency_thresholds)}
 
 
-def export_serving_model(model: keras.Model, baseline: keras.Model,
+def export_serving_model(model: Any, baseline: keras.Model,
                          tf_transform_output: tft.TFTransformOutput,
                          settings: TrainerSettings, export_dir: str) -> None:
-  """Saves the model and its logistic-regression baseline with the
-  Transform graph as a SavedModel."""
+  """Saves the model (or the list of its replicas) and its logistic-
+  regression baseline with the Transform graph as a SavedModel."""
   module = ServingModule(model, baseline, tf_transform_output, settings.spec,
                          settings.frequency_field,
-                         settings.frequency_thresholds)
+                         settings.frequency_thresholds, settings.push)
   tf.saved_model.save(module, export_dir, signatures={
       "serving_default": module.serve,
       contract.SLICING_SIGNATURE: module.slicing_features})
@@ -611,6 +641,45 @@ def train(settings: TrainerSettings, data: TrainingData,
   return model, record
 
 
+def train_replicas(settings: TrainerSettings, data: TrainingData,
+                   train_files: List[str],
+                   tf_transform_output: tft.TFTransformOutput,
+                   tuned: Mapping[str, Any], log_dir: str
+                  ) -> Tuple[List[models.CTRModel], Dict[str, Any]]:
+  """settings.replicas models trained through train(), identically but for
+  the seed: replica i is seeded with i (initialisation) and reads the
+  training part shuffled with seed i (data order), as two retrains differ.
+
+  One replica (the default) trains unseeded, as before. The record is
+  replica 0's; with replicas, "replicas" lists each one's seed, epochs and
+  best validation metrics (the report's per-replica AUC).
+  """
+  count = settings.replicas
+  replicas, records = [], []
+  for index in range(count):
+    seed = index if count > 1 else None
+    replica_data = data if seed is None else dataclasses.replace(
+        data, train=make_dataset(
+            train_files, tf_transform_output, settings.spec.label,
+            settings.batch_size, shuffle=True, seed=seed, part="train",
+            buckets=data.validation_buckets))
+    model, record = train(
+        settings, replica_data, tf_transform_output, tuned, seed=seed,
+        callbacks=[training.ThroughputLogger(settings.batch_size),
+                   keras.callbacks.TensorBoard(log_dir=(
+                       log_dir if count == 1 else
+                       os.path.join(log_dir, contract.replica_output(index))))])
+    replicas.append(model)
+    records.append(record)
+  record = records[0]
+  if count > 1:
+    record.update(push=settings.push, replicas=[
+        {"seed": index, **{k: r[k] for k in (
+            "epochs_run", "best_epoch", "best", "bias_shift")}}
+        for index, r in enumerate(records)])
+  return replicas, record
+
+
 def run_fn(fn_args) -> None:
   """Trains the configured CTR model with CowClip and its logistic-
   regression baseline, and exports both in one SavedModel."""
@@ -626,11 +695,9 @@ def run_fn(fn_args) -> None:
       preprocessing.vocabulary_sizes(tf_transform_output, settings.spec),
       model_options(settings, tuned).embedding_dim, batch_size,
       data.train_examples, psutil.virtual_memory().available))
-  model, record = train(settings, data, tf_transform_output, tuned,
-                        callbacks=[
-                            training.ThroughputLogger(batch_size),
-                            keras.callbacks.TensorBoard(
-                                log_dir=fn_args.model_run_dir)])
+  replicas, record = train_replicas(
+      settings, data, fn_args.train_files, tf_transform_output, tuned,
+      fn_args.model_run_dir)
   baseline, baseline_record = train(
       settings, data, tf_transform_output, tuned,
       architecture=models.LOGISTIC_REGRESSION)
@@ -640,7 +707,7 @@ def run_fn(fn_args) -> None:
       steps_per_epoch=steps_per_epoch(data.train_examples, batch_size),
       logistic_regression={k: baseline_record[k] for k in (
           "history", "epochs_run", "best_epoch", "best", "scaled")})
-  export_serving_model(model, baseline, tf_transform_output, settings,
+  export_serving_model(replicas, baseline, tf_transform_output, settings,
                        fn_args.serving_model_dir)
   for directory in (fn_args.model_run_dir, fn_args.serving_model_dir):
     with tf.io.gfile.GFile(os.path.join(directory, contract.TRAINING_RECORD),

@@ -15,6 +15,7 @@ import os
 from typing import Any, Dict, List, Mapping, Optional
 
 import apache_beam as beam
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -23,8 +24,13 @@ import tensorflow_transform.beam as tft_beam
 from tfx.utils import io_utils
 from tfx_bsl.public import tfxio as tfx_tfxio
 
+from trainer_module import contract
 from trainer_module import features
+from trainer_module import models
 from trainer_module import preprocessing
+from trainer_module import trainer
+from trainer_module.settings import ModelOptions
+from trainer_module.settings import TrainerSettings
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 # Small enough that a handful of rows exercises the threshold.
@@ -235,6 +241,38 @@ def criteo_run(tmp_path_factory):
   transformed = _analyze_and_transform(spec, rows, work_dir)
   output = tft.TFTransformOutput(os.path.join(work_dir, "transform_output"))
   return spec, rows, transformed, output
+
+
+@pytest.mark.slow
+def test_criteo_export_serves_the_mean_and_every_replica(criteo_run,
+                                                         tmp_path):
+  """On this Transform output, two differently seeded DeepFMs exported as
+  replicas: serving_default returns each replica's probability and their
+  mean, on raw tf.Examples (trainer.export_serving_model)."""
+  spec, rows, _, output = criteo_run
+  options = ModelOptions(embedding_dim=2, hidden_units=(4,))
+  settings = TrainerSettings(dataset="criteo", replicas=2,
+                             model_options=options)
+  sizes = preprocessing.vocabulary_sizes(output, spec)
+  replicas = []
+  for seed in (0, 1):
+    keras.utils.set_random_seed(seed)
+    replicas.append(models.build_model("deepfm", sizes, spec.dense, options))
+  baseline = models.build_model("lr", sizes, spec.dense, options)
+  export_dir = str(tmp_path / "serving")
+  trainer.export_serving_model(replicas, baseline, output, settings,
+                               export_dir)
+  serve = tf.saved_model.load(export_dir).signatures["serving_default"]
+  raw = tf.constant([_example({k: v for k, v in r.items() if k != spec.label})
+                     for r in rows])
+  outputs = {k: v.numpy() for k, v in serve(examples=raw).items()}
+  assert sorted(outputs) == sorted([
+      contract.PREDICTION_KEY, contract.LR_OUTPUT,
+      contract.replica_output(0), contract.replica_output(1)])
+  first, second = (outputs[contract.replica_output(i)] for i in (0, 1))
+  assert not np.allclose(first, second)  # Different seeds, different models.
+  np.testing.assert_allclose(outputs[contract.PREDICTION_KEY],
+                             (first + second) / 2, rtol=1e-6)
 
 
 @pytest.fixture(scope="module")
