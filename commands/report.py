@@ -12,7 +12,7 @@ prints the summary.
 import html
 import logging
 import os
-from typing import Any, List, Sequence
+from typing import Any, List, Mapping, Sequence
 
 from matplotlib.figure import Figure
 
@@ -226,6 +226,30 @@ def _calibration_bucket_section(run: RunSummary,
   return parts
 
 
+def _production_options(record: Mapping[str, Any]) -> List[str]:
+  """What the activation, negative down-sampling and bias constraints did
+  in training (PD and the calibration buckets have their own sections)."""
+  rows = []
+  options = record.get("model_options", {})
+  if options.get("activation") == "smelu":
+    rows.append(["activation", f"SmeLU, beta {options.get('smelu_beta')}"])
+  sampling = record.get("negative_sampling")
+  if sampling:
+    rows.append(["negative down-sampling",
+                 f"non-clicks kept with probability {sampling['rate']:g}, "
+                 f"weighted {sampling['non_click_weight']:g}"
+                 + (f"; WARNING: {sampling['warning']}"
+                    if sampling.get("warning") else "")])
+  for name, multipliers in sorted(record.get("bias_multipliers", {}).items()):
+    rows.append([f"bias constraint: {name}",
+                 f"{len(multipliers)} buckets, final multipliers "
+                 f"{min(multipliers):+.3g} to {max(multipliers):+.3g}"])
+  if not rows:
+    return []
+  return ["<h2>Production options</h2>", _table(["option", "what it did"],
+                                                rows)]
+
+
 def _training_sections(run: RunSummary, report_dir: str) -> List[str]:
   record = run.training
   if record is None:
@@ -260,6 +284,7 @@ def _training_sections(run: RunSummary, report_dir: str) -> List[str]:
         f"weights of epoch {record['best_epoch']} kept. The "
         f"logistic-regression baseline: {lr.get('epochs_run', '-')} epochs, "
         f"epoch {lr.get('best_epoch', '-')} kept."))
+  parts += _production_options(record)
   parts.append("<h2>Hyperparameters used</h2>")
   parts.append(_table(["setting", "value"], [
       [key, record.get(key, "-")] for key in (

@@ -29,6 +29,7 @@ are rewritten from the whole CSV after every run.
 
 import argparse
 import dataclasses
+import json
 import math
 import os
 import statistics
@@ -214,6 +215,41 @@ def same_training(config: PipelineConfig, run: StudyRun,
   return None
 
 
+STUDY_SETTINGS = "study_settings.json"
+# Trainer settings that vary between a study's runs (run_config); `code`
+# too, so a study resumes after a code change, as its reuse rule does.
+PER_RUN_SETTINGS = ("model", "batch_size", "scaling_rule", "cowclip", "code")
+
+
+def check_study_settings(config: PipelineConfig) -> None:
+  """Records the study-wide trainer settings in the study DIR, and refuses
+  to resume a study whose settings differ (runs are found by key, and the
+  key does not say the activation, the sampling rate, ...).
+
+  Raises:
+    ValueError: naming the settings that differ and their values.
+  """
+  wanted = json.loads(json.dumps({
+      k: v for k, v in config.trainer_settings.to_custom_config().items()
+      if k not in PER_RUN_SETTINGS}))
+  path = os.path.join(config.output, STUDY_SETTINGS)
+  if os.path.exists(path):
+    with open(path) as f:
+      recorded = json.load(f)
+    changed = sorted(k for k in set(wanted) | set(recorded)
+                     if wanted.get(k) != recorded.get(k))
+    if changed:
+      raise ValueError(
+          f"{config.output} holds a study with other settings ("
+          + "; ".join(f"{k}: {recorded.get(k)!r}, now {wanted.get(k)!r}"
+                      for k in changed)
+          + "); give another --output")
+    return
+  os.makedirs(config.output, exist_ok=True)
+  with open(path, "w") as f:
+    json.dump(wanted, f, indent=2, sort_keys=True)
+
+
 def run_study(config: PipelineConfig, runs: Sequence[StudyRun],
               header: Sequence[str] = ()) -> List[Dict[str, object]]:
   """Transform once, train/evaluate the runs not yet in study.csv, report.
@@ -229,6 +265,7 @@ def run_study(config: PipelineConfig, runs: Sequence[StudyRun],
   Returns:
     All rows of study.csv.
   """
+  check_study_settings(config)
   csv_path = os.path.join(config.output, "study.csv")
   rows = study_results.read_rows(csv_path)
   done = {r["run"] for r in rows}

@@ -74,7 +74,11 @@ def read_rows(path: str) -> List[Dict[str, object]]:
 
 def append_row(path: str, row: Mapping[str, object]) -> None:
   """Appends one run (header first if the file is new; NaN as empty, as
-  read_rows reads it) and flushes it."""
+  read_rows reads it) and flushes it. A study.csv written before an
+  optional column existed is first rewritten with it (empty), so the new
+  row's value is not written under another column's name."""
+  if os.path.exists(path):
+    _add_missing_columns(path)
   new = not os.path.exists(path)
   with open(path, "a", newline="") as f:
     writer = csv.DictWriter(f, fieldnames=COLUMNS, restval="")
@@ -82,6 +86,24 @@ def append_row(path: str, row: Mapping[str, object]) -> None:
       writer.writeheader()
     writer.writerow({k: "" if isinstance(v, float) and math.isnan(v) else v
                      for k, v in row.items()})
+
+
+def _add_missing_columns(path: str) -> None:
+  """Rewrites `path` with the COLUMNS header when it lacks optional ones
+  (atomically: a crash leaves the old file)."""
+  with open(path, newline="") as f:
+    reader = csv.DictReader(f)
+    if tuple(reader.fieldnames or ()) == COLUMNS:
+      return
+    if not set(reader.fieldnames or ()) <= set(COLUMNS):
+      return  # Not ours to rewrite; read_rows names what is wrong.
+    rows = list(reader)
+  partial = path + ".partial"
+  with open(partial, "w", newline="") as f:
+    writer = csv.DictWriter(f, fieldnames=COLUMNS, restval="")
+    writer.writeheader()
+    writer.writerows(rows)
+  os.replace(partial, path)
 
 
 def _group(rows: Iterable[Mapping[str, object]]

@@ -1,6 +1,7 @@
 """The batch-size scaling study: its runs, its CSV, its report, its resume."""
 
 import csv
+import dataclasses
 import math
 import os
 
@@ -138,6 +139,24 @@ def test_a_run_that_trains_like_a_finished_one_reuses_its_row(tmp_path):
       sqrt_base, rows) is None
 
 
+def test_a_study_dir_refuses_other_study_wide_settings(tmp_path):
+  """Runs are found by key; the key does not say the activation, so the
+  directory remembers the study-wide settings and refuses others."""
+  config = PipelineConfig(dataset="criteo", data="d",
+                          output=str(tmp_path / "s"), epochs=2)
+  study.check_study_settings(config)
+  # Per-run settings (batch, rule, model) may differ between runs.
+  study.check_study_settings(study.run_config(
+      config, study.StudyRun("dcn", "sqrt", 4096, 1, False)))
+  smelu = dataclasses.replace(config, model_options={"activation": "smelu"},
+                              negative_sampling_rate=0.5)
+  with pytest.raises(ValueError) as error:
+    study.check_study_settings(smelu)
+  message = str(error.value)
+  assert str(tmp_path / "s") in message and "another --output" in message
+  assert "model_options" in message and "negative_sampling_rate: 1.0, now 0.5" in message
+
+
 def test_csv_round_trip_and_bad_values(tmp_path):
   path = str(tmp_path / "study.csv")
   assert study_results.read_rows(path) == []
@@ -154,6 +173,22 @@ def test_csv_round_trip_and_bad_values(tmp_path):
     f.write(text.replace("0.75", "high"))
   with pytest.raises(ValueError, match=r"study\.csv:2: column 'auc'"):
     study_results.read_rows(path)
+
+
+def test_appending_to_a_csv_without_the_optional_columns_adds_them(tmp_path):
+  """A study.csv from before bias_constraints existed keeps its rows, and the
+  new row's value lands under its own header."""
+  path = str(tmp_path / "study.csv")
+  old_columns = [c for c in study_results.COLUMNS if c != "bias_constraints"]
+  with open(path, "w", newline="") as f:
+    writer = csv.DictWriter(f, fieldnames=old_columns, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerow(_row("none", 1024, 1, 0.75))
+  new = dict(_row("cowclip", 1024, 1, 0.76), bias_constraints="C6")
+  study_results.append_row(path, new)
+  rows = study_results.read_rows(path)
+  assert [(r["auc"], r["bias_constraints"]) for r in rows] == [
+      (0.75, ""), (0.76, "C6")]
 
 
 def test_report_tables_and_figures(tmp_path):
