@@ -508,6 +508,17 @@ def sampling_record(rate: float, click_rate: float,
           "effective_batch_share": effective, "warning": warning}
 
 
+def training_part(train_files: List[str],
+                  tf_transform_output: tft.TFTransformOutput, label: str,
+                  batch_size: int, buckets: int, negative_sampling_rate: float,
+                  seed: int) -> tf.data.Dataset:
+  """The shuffled training part of the train split (TrainingData.train):
+  one definition for training_data and each replica's own shuffle."""
+  return make_dataset(train_files, tf_transform_output, label, batch_size,
+                      shuffle=True, seed=seed, part="train", buckets=buckets,
+                      negative_sampling_rate=negative_sampling_rate)
+
+
 def training_data(train_files: List[str],
                   tf_transform_output: tft.TFTransformOutput, label: str,
                   batch_size: int, seed: int = 0,
@@ -540,9 +551,8 @@ def training_data(train_files: List[str],
     if sampling["warning"]:
       logging.warning("%s", sampling["warning"])
   return TrainingData(
-      train=make_dataset(train_files, tf_transform_output, label, batch_size,
-                         shuffle=True, seed=seed, part="train",
-                         buckets=buckets, negative_sampling_rate=rate),
+      train=training_part(train_files, tf_transform_output, label,
+                          batch_size, buckets, rate, seed),
       validation=make_dataset(train_files, tf_transform_output, label,
                               batch_size, shuffle=False, part="validation",
                               buckets=buckets, negative_sampling_rate=rate),
@@ -659,10 +669,10 @@ def train_replicas(settings: TrainerSettings, data: TrainingData,
   for index in range(count):
     seed = index if count > 1 else None
     replica_data = data if seed is None else dataclasses.replace(
-        data, train=make_dataset(
+        data, train=training_part(
             train_files, tf_transform_output, settings.spec.label,
-            settings.batch_size, shuffle=True, seed=seed, part="train",
-            buckets=data.validation_buckets))
+            settings.batch_size, data.validation_buckets,
+            settings.negative_sampling_rate, seed))
     model, record = train(
         settings, replica_data, tf_transform_output, tuned, seed=seed,
         callbacks=[training.ThroughputLogger(settings.batch_size),

@@ -2,11 +2,14 @@
 sampled training data, and calibration without a post-hoc correction (the
 weighted training step's own tests are in test_training.py)."""
 
+import dataclasses
+
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from trainer_module import features
 from trainer_module import models
 from trainer_module import trainer
 from trainer_module import training
@@ -108,6 +111,35 @@ def test_training_data_samples_both_parts_with_weights(tmp_path):
   assert sampled.click_rate == pytest.approx(len(clicks) / weights)
   assert sampled.negative_sampling["rate"] == 0.5
   assert full.negative_sampling == {}
+
+
+def test_every_replica_trains_on_the_same_sampled_weighted_rows(
+    tmp_path, monkeypatch):
+  """train_replicas reshuffles the training part per replica; the rows and
+  weights stay the sampled ones (only the order changes)."""
+  labels = (np.random.default_rng(2).random(2000) < 0.2).astype(np.float32)
+  _write(str(tmp_path / "train.gz"), _examples(labels))
+  files = [str(tmp_path / "train.gz")]
+  data = trainer.training_data(files, _FeatureSpec(), "click", 100,
+                               negative_sampling_rate=0.5)
+  seen = []
+
+  def fake_train(settings, replica_data, *args, **kwargs):
+    seen.append({int(r): float(w) for f, _, w in replica_data.train
+                 for r, w in zip(f["row"], w)})
+    return object(), {"epochs_run": 1, "best_epoch": 1, "best": {},
+                      "bias_shift": 0.0}
+
+  monkeypatch.setattr(trainer, "train", fake_train)
+  settings = TrainerSettings(dataset="criteo", replicas=2,
+                             negative_sampling_rate=0.5)
+  monkeypatch.setattr(TrainerSettings, "spec", property(
+      lambda self: dataclasses.replace(features.CRITEO, label="click")))
+  trainer.train_replicas(settings, data, files, _FeatureSpec(), {},
+                         str(tmp_path / "logs"))
+  want = {int(r): float(w) for f, _, w in data.train
+          for r, w in zip(f["row"], w)}
+  assert seen == [want, want]
 
 
 def test_sampling_record_warns_when_a_non_click_outweighs_the_clicks():
