@@ -39,15 +39,10 @@ from sklearn import metrics  # noqa: E402
 import tensorflow_transform as tft  # noqa: E402
 
 from commands import study_data  # noqa: E402
+from components.prediction_difference import prediction_difference  # noqa: E402,E501
 from pipeline.config import PipelineConfig  # noqa: E402
 from trainer_module import trainer  # noqa: E402
 from trainer_module import training  # noqa: E402
-
-
-def prediction_difference(p1: np.ndarray, p2: np.ndarray) -> float:
-  """The paper's relative PD of two prediction vectors."""
-  p1, p2 = np.asarray(p1, np.float64), np.asarray(p2, np.float64)
-  return float(np.mean(np.abs(p1 - p2) / ((p1 + p2) / 2)))
 
 
 def _key(activation, rate, seed):
@@ -65,10 +60,11 @@ def run_one(config, setup, activation, rate, seed, batch_size):
                                batch_size, seed=seed,
                                negative_sampling_rate=rate)
   timer = training.ThroughputLogger(batch_size)
-  start = time.perf_counter()
+  start, cpu_start = time.perf_counter(), time.process_time()
   model, record = trainer.train(settings, data, tfto, seed=seed, verbose=0,
                                 callbacks=[timer])
   seconds = time.perf_counter() - start
+  cpu_seconds = time.process_time() - cpu_start
   evaluation = trainer.make_dataset(eval_files, tfto, config.spec.label,
                                     8192, shuffle=False)
   logits, labels = [], []
@@ -84,7 +80,7 @@ def run_one(config, setup, activation, rate, seed, batch_size):
       "rate": rate, "seed": seed, "batch_size": batch_size,
       "train_examples": data.train_examples,
       "epochs_run": record["epochs_run"], "best_epoch": record["best_epoch"],
-      "train_seconds": seconds,
+      "train_seconds": seconds, "train_cpu_seconds": cpu_seconds,
       "examples_per_second": float(np.mean(history["examples_per_second"])),
       "auc": metrics.roc_auc_score(y, p),
       "logloss": metrics.log_loss(y, p),
@@ -160,9 +156,9 @@ def report(rows, activations, seeds, rates, rate_seeds, pred_dir):
   for activation in activations:
     keys = [_key(activation, 1.0, s) for s in seeds]
     aucs = [value(k, "auc") for k in keys]
-    pds = [prediction_difference(
+    pds = [prediction_difference([
         np.load(os.path.join(pred_dir, a + ".npy")),
-        np.load(os.path.join(pred_dir, b + ".npy")))
+        np.load(os.path.join(pred_dir, b + ".npy"))])
            for a, b in itertools.combinations(keys, 2)]
     pairs = ", ".join(f"{a.split('-s')[1]}-{b.split('-s')[1]}"
                       for a, b in itertools.combinations(keys, 2))
@@ -173,17 +169,18 @@ def report(rows, activations, seeds, rates, rate_seeds, pred_dir):
           f"seeds {pairs} |")
   print()
   print("| rate | AUC mean | AUC std | log loss | calibration | train s | "
-        "train examples | examples/s |")
-  print("|---|---|---|---|---|---|---|---|")
+        "train CPU s | train examples | examples/s |")
+  print("|---|---|---|---|---|---|---|---|---|")
   for rate in sorted(rates, reverse=True):
     keys = [_key(activations[0], rate, s) for s in rate_seeds]
     stat = {n: [value(k, n) for k in keys] for n in (
-        "auc", "logloss", "calibration", "train_seconds", "train_examples",
-        "examples_per_second")}
+        "auc", "logloss", "calibration", "train_seconds",
+        "train_cpu_seconds", "train_examples", "examples_per_second")}
     print(f"| {rate:g} | {np.mean(stat['auc']):.4f} | "
           f"{np.std(stat['auc']):.4f} | {np.mean(stat['logloss']):.4f} | "
           f"{np.mean(stat['calibration']):.3f} | "
           f"{np.mean(stat['train_seconds']):.1f} | "
+          f"{np.mean(stat['train_cpu_seconds']):.1f} | "
           f"{np.mean(stat['train_examples']):.0f} | "
           f"{np.mean(stat['examples_per_second']):,.0f} |")
 
