@@ -426,11 +426,12 @@ def build_and_compile(settings: TrainerSettings, tuned: Mapping[str, Any],
 
 def check_training_fits(vocab_sizes: Mapping[str, int], embedding_dim: int,
                         batch_size: int, train_examples: int,
-                        available_bytes: int) -> str:
+                        available_bytes: int, replicas: int = 1) -> str:
   """Fails before training when the batch or the tables cannot fit.
 
   Returns a one-line summary of the table sizes for the log. The estimate
-  counts the deep (d) and wide (1) tables with Adam's two moments, float32.
+  counts the deep (d) and wide (1) tables with Adam's two moments, float32,
+  once per replica (run_fn holds every replica until the export).
   """
   if train_examples <= 0:
     raise ValueError("the training split is empty: nothing to train on")
@@ -439,10 +440,11 @@ def check_training_fits(vocab_sizes: Mapping[str, int], embedding_dim: int,
                      f"{train_examples} training examples: lower --batch-size "
                      "or give more data")
   rows = sum(vocab_sizes.values())
-  table_bytes = rows * (embedding_dim + 1) * 4 * 3
+  table_bytes = rows * (embedding_dim + 1) * 4 * 3 * replicas
   summary = (f"{len(vocab_sizes)} embedding tables, {rows:,} rows (each with "
              f"{features.NUM_OOV_BUCKETS} OOV bucket), ~{table_bytes / 2**20:,.0f}"
-             " MiB with Adam state")
+             " MiB with Adam state"
+             + (f" for {replicas} replicas" if replicas > 1 else ""))
   if table_bytes > available_bytes:
     raise ValueError(f"{summary}: more than the {available_bytes / 2**20:,.0f}"
                      " MiB of free memory; raise --min-frequency to shrink "
@@ -704,7 +706,8 @@ def run_fn(fn_args) -> None:
   logging.info("%s", check_training_fits(
       preprocessing.vocabulary_sizes(tf_transform_output, settings.spec),
       model_options(settings, tuned).embedding_dim, batch_size,
-      data.train_examples, psutil.virtual_memory().available))
+      data.train_examples, psutil.virtual_memory().available,
+      settings.replicas))
   replicas, record = train_replicas(
       settings, data, fn_args.train_files, tf_transform_output, tuned,
       fn_args.model_run_dir)
