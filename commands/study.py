@@ -170,7 +170,7 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
 
   run_dir = os.path.join(config.output, "runs", run.key)
   serving_dir = os.path.join(run_dir, "serving")
-  trainer.export_serving_model(model, setup.baseline,
+  trainer.export_serving_model([model], setup.baseline,
                                setup.tf_transform_output, trainer_settings,
                                serving_dir)
   row.update(study_evaluation.metrics_row(study_evaluation.tfma_metrics(

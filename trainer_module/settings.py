@@ -71,6 +71,15 @@ def check_positive_int(name: str, value) -> None:
     raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
+def _check_positive_number(name: str, value, at_most: Optional[float] = None
+                          ) -> None:
+  """A real number > 0 (and <= at_most), booleans refused."""
+  if (isinstance(value, bool) or not isinstance(value, numbers.Real) or
+      not value > 0 or (at_most is not None and value > at_most)):
+    bound = "> 0" if at_most is None else f"in (0, {at_most:g}]"
+    raise ValueError(f"{name} must be a number {bound}, got {value!r}")
+
+
 def _check_choice(name: str, value: Any, choices: Tuple[str, ...]) -> None:
   if value not in choices:
     raise ValueError(f"unknown {name} {value!r}; choose one of {choices}")
@@ -144,11 +153,7 @@ class ModelOptions:
     if self.activation not in ACTIVATIONS:
       raise ValueError(f"ModelOptions.activation must be one of "
                        f"{ACTIVATIONS}, got {self.activation!r}")
-    if (isinstance(self.smelu_beta, bool) or
-        not isinstance(self.smelu_beta, numbers.Real) or
-        not self.smelu_beta > 0):
-      raise ValueError("ModelOptions.smelu_beta must be a number > 0, got "
-                       f"{self.smelu_beta!r}")
+    _check_positive_number("ModelOptions.smelu_beta", self.smelu_beta)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,11 +256,8 @@ class TrainerSettings:
     if not 0 < rare < frequent:
       raise ValueError("frequency thresholds must be 0 < rare < frequent, "
                        f"got {self.frequency_thresholds}")
-    rate = self.negative_sampling_rate
-    if (isinstance(rate, bool) or not isinstance(rate, numbers.Real) or
-        not 0 < rate <= 1):
-      raise ValueError("negative_sampling_rate must be in (0, 1], got "
-                       f"{rate!r}")
+    _check_positive_number("negative_sampling_rate",
+                           self.negative_sampling_rate, at_most=1)
     allowed = (PREDICTED_CTR,) + spec.categorical_features
     unknown = [f for f in self.bias_constraints if f not in allowed]
     if unknown or len(set(self.bias_constraints)) < len(
@@ -263,11 +265,7 @@ class TrainerSettings:
       raise ValueError(f"bias constraints {list(self.bias_constraints)}: "
                        f"each must be '{PREDICTED_CTR}' or a categorical "
                        f"feature of {self.dataset}, once; unknown {unknown}")
-    if (isinstance(self.bias_constraint_lr, bool) or
-        not isinstance(self.bias_constraint_lr, numbers.Real) or
-        not self.bias_constraint_lr > 0):
-      raise ValueError("bias_constraint_lr must be a number > 0, got "
-                       f"{self.bias_constraint_lr!r}")
+    _check_positive_number("bias_constraint_lr", self.bias_constraint_lr)
 
   @property
   def spec(self) -> features.DatasetSpec:

@@ -248,16 +248,15 @@ class ServingModule(tf.Module):
   whether large-batch training hurt the rare ids.
   """
 
-  def __init__(self, model: Any, baseline: keras.Model,
+  def __init__(self, replicas: Sequence[keras.Model], baseline: keras.Model,
                tf_transform_output: tft.TFTransformOutput,
                spec: features.DatasetSpec, frequency_field: str,
                frequency_thresholds: Sequence[int],
                push: str = settings_lib.DEFAULT_PUSH):
-    """`model`: the model, or the list of its replicas (see serve);
-    `push`: settings.PUSH_MODES, what is served with replicas."""
+    """`replicas`: the model's replicas (one without --replicas; see
+    serve); `push`: settings.PUSH_MODES, what is served with replicas."""
     super().__init__()
-    self.replicas = (list(model) if isinstance(model, (list, tuple))
-                     else [model])
+    self.replicas = list(replicas)
     self._push = push
     self.baseline = baseline
     self.transform_layer = tf_transform_output.transform_features_layer()
@@ -306,12 +305,13 @@ class ServingModule(tf.Module):
         typical, self._frequency_thresholds)}
 
 
-def export_serving_model(model: Any, baseline: keras.Model,
+def export_serving_model(replicas: Sequence[keras.Model],
+                         baseline: keras.Model,
                          tf_transform_output: tft.TFTransformOutput,
                          settings: TrainerSettings, export_dir: str) -> None:
-  """Saves the model (or the list of its replicas) and its logistic-
+  """Saves the model's replicas (one without --replicas) and its logistic-
   regression baseline with the Transform graph as a SavedModel."""
-  module = ServingModule(model, baseline, tf_transform_output, settings.spec,
+  module = ServingModule(replicas, baseline, tf_transform_output, settings.spec,
                          settings.frequency_field,
                          settings.frequency_thresholds, settings.push)
   tf.saved_model.save(module, export_dir, signatures={
