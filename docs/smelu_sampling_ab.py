@@ -28,7 +28,8 @@ sampled training go, for every rate, --repeats times (rates alternating):
 training_data (the label passes), one pass over the training part and one
 over the validation slice without a model (the input pipeline alone), the
 whole train() (--epochs epochs, validation every epoch, the bias refit) on
-a fresh TrainingData, then the bias refit alone. One row per run is appended
+a fresh TrainingData and its eval scores, then the bias refit alone (a
+second refit). One row per run is appended
 to OUTPUT/profile.csv under LABEL (e.g. "main" or "branch": run the script
 from each checkout, alternating, for before/after ratios).
 """
@@ -75,15 +76,7 @@ def run_one(config, setup, activation, rate, seed, batch_size):
                                 callbacks=[timer])
   seconds = time.perf_counter() - start
   cpu_seconds = time.process_time() - cpu_start
-  evaluation = trainer.make_dataset(eval_files, tfto, config.spec.label,
-                                    8192, shuffle=False)
-  logits, labels = [], []
-  for features, label in evaluation:
-    logits.append(model.predict_on_batch(features).reshape(-1))
-    labels.append(np.asarray(label).reshape(-1))
-  z = np.concatenate(logits).astype(np.float64)
-  y = np.concatenate(labels).astype(np.float64)
-  p = 1 / (1 + np.exp(-z))
+  p, y, scores = evaluate(model, tfto, eval_files, config.spec.label)
   history = record["history"]
   return p, y, {
       "run": _key(activation, rate, seed), "activation": activation,
@@ -92,11 +85,25 @@ def run_one(config, setup, activation, rate, seed, batch_size):
       "epochs_run": record["epochs_run"], "best_epoch": record["best_epoch"],
       "train_seconds": seconds, "train_cpu_seconds": cpu_seconds,
       "examples_per_second": float(np.mean(history["examples_per_second"])),
-      "auc": metrics.roc_auc_score(y, p),
-      "logloss": metrics.log_loss(y, p),
-      "calibration": p.mean() / y.mean(),
-      "eval_examples": len(y),
+      **scores,
       "warning": record.get("negative_sampling", {}).get("warning") or ""}
+
+
+def evaluate(model, tfto, eval_files, label):
+  """(predictions, labels, scores) on every (unsampled) eval example:
+  exact AUC, log loss, calibration = mean prediction / mean label."""
+  evaluation = trainer.make_dataset(eval_files, tfto, label, 8192,
+                                    shuffle=False)
+  logits, labels = [], []
+  for features, batch_labels in evaluation:
+    logits.append(model.predict_on_batch(features).reshape(-1))
+    labels.append(np.asarray(batch_labels).reshape(-1))
+  z = np.concatenate(logits).astype(np.float64)
+  y = np.concatenate(labels).astype(np.float64)
+  p = 1 / (1 + np.exp(-z))
+  return p, y, {"auc": metrics.roc_auc_score(y, p),
+                "logloss": metrics.log_loss(y, p),
+                "calibration": p.mean() / y.mean(), "eval_examples": len(y)}
 
 
 def _cpu():
@@ -118,7 +125,7 @@ def profile_one(config, setup, rate, batch_size):
   config = PipelineConfig(**{
       **{f: getattr(config, f) for f in config.__dataclass_fields__},
       "negative_sampling_rate": rate})
-  tfto, train_files, _ = setup
+  tfto, train_files, eval_files = setup
   label = config.spec.label
 
   def data():
@@ -136,9 +143,10 @@ def profile_one(config, setup, rate, batch_size):
   (model, record), train_cpu, train_wall = _timed(lambda: trainer.train(
       config.trainer_settings, fresh, tfto, seed=1, verbose=0,
       callbacks=[timer]))
+  scores = evaluate(model, tfto, eval_files, label)[2]
   _, refit_cpu, _ = _timed(lambda: training.recalibrate_bias(
       model, fresh.validation))
-  return {"rate": rate, "train_examples": fresh.train_examples,
+  return {**scores, "rate": rate, "train_examples": fresh.train_examples,
           "rows_read": train_rows,
           "epochs_run": record["epochs_run"],
           "training_data_cpu": data_cpu,

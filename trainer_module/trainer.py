@@ -58,7 +58,7 @@ _SAMPLING_CHUNK = 8192
 # docs/production_smelu_sampling.md) take at most CACHE_MEMORY_SHARE of the
 # free memory; else every pass reads the files, as without a cache.
 CACHE_MEMORY_SHARE = 0.25
-CACHE_ROW_OVERHEAD = 64
+CACHE_ROW_OVERHEAD = 128
 
 
 def validation_buckets(train_split_examples: int) -> int:
