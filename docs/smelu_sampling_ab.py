@@ -173,6 +173,29 @@ def profile(config, setup, rates, repeats, batch_size, label, output):
           writer.writeheader()
         writer.writerow(row)
       print(json.dumps(row), flush=True)
+  profile_report(path)
+
+
+def profile_report(path):
+  """Markdown: the mean of each profile column per checkout label and rate
+  (blank cells, e.g. rows recorded before a column existed, are left out)."""
+  with open(path) as f:
+    rows = list(csv.DictReader(f))
+  columns = ("training_data_cpu", "train_pass_cpu", "validation_pass_cpu",
+             "train_cpu", "refit_cpu", "examples_per_second", "auc",
+             "calibration", "train_examples")
+  print("| checkout | p | runs | " + " | ".join(columns) + " |")
+  print("|---|---|---|" + "---|" * len(columns))
+  for label in dict.fromkeys(r["label"] for r in rows):
+    for rate in sorted({float(r["rate"]) for r in rows}, reverse=True):
+      runs = [r for r in rows if r["label"] == label
+              and float(r["rate"]) == rate]
+      cells = []
+      for column in columns:
+        values = [float(r[column]) for r in runs if r.get(column)]
+        cells.append(f"{np.mean(values):.4g}" if values else "")
+      print(f"| {label} | {rate:g} | {len(runs)} | " + " | ".join(cells)
+            + " |")
 
 
 def main():
