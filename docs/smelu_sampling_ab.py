@@ -22,6 +22,16 @@ Runs: every activation at rate 1 with every seed (the PD pairs), and every
 rate with the first activation and every seed. Results go to
 OUTPUT/smelu_sampling.csv (one row per run; a restart skips finished runs)
 and the tables are printed as markdown.
+
+With --profile LABEL, it instead profiles where the CPU seconds of the
+sampled training go, for every rate, --repeats times (rates alternating):
+training_data (the label passes), one pass over the training part and one
+over the validation slice without a model (the input pipeline alone), the
+whole train() (--epochs epochs, validation every epoch, the bias refit) on
+a fresh TrainingData and its eval scores, then the bias refit alone (a
+second refit). One row per run is appended
+to OUTPUT/profile.csv under LABEL (e.g. "main" or "branch": run the script
+from each checkout, alternating, for before/after ratios).
 """
 
 import argparse
@@ -29,6 +39,7 @@ import csv
 import itertools
 import json
 import os
+import resource
 import sys
 import time
 
@@ -65,15 +76,7 @@ def run_one(config, setup, activation, rate, seed, batch_size):
                                 callbacks=[timer])
   seconds = time.perf_counter() - start
   cpu_seconds = time.process_time() - cpu_start
-  evaluation = trainer.make_dataset(eval_files, tfto, config.spec.label,
-                                    8192, shuffle=False)
-  logits, labels = [], []
-  for features, label in evaluation:
-    logits.append(model.predict_on_batch(features).reshape(-1))
-    labels.append(np.asarray(label).reshape(-1))
-  z = np.concatenate(logits).astype(np.float64)
-  y = np.concatenate(labels).astype(np.float64)
-  p = 1 / (1 + np.exp(-z))
+  p, y, scores = evaluate(model, tfto, eval_files, config.spec.label)
   history = record["history"]
   return p, y, {
       "run": _key(activation, rate, seed), "activation": activation,
@@ -82,11 +85,117 @@ def run_one(config, setup, activation, rate, seed, batch_size):
       "epochs_run": record["epochs_run"], "best_epoch": record["best_epoch"],
       "train_seconds": seconds, "train_cpu_seconds": cpu_seconds,
       "examples_per_second": float(np.mean(history["examples_per_second"])),
-      "auc": metrics.roc_auc_score(y, p),
-      "logloss": metrics.log_loss(y, p),
-      "calibration": p.mean() / y.mean(),
-      "eval_examples": len(y),
+      **scores,
       "warning": record.get("negative_sampling", {}).get("warning") or ""}
+
+
+def evaluate(model, tfto, eval_files, label):
+  """(predictions, labels, scores) on every (unsampled) eval example:
+  exact AUC, log loss, calibration = mean prediction / mean label."""
+  evaluation = trainer.make_dataset(eval_files, tfto, label, 8192,
+                                    shuffle=False)
+  logits, labels = [], []
+  for features, batch_labels in evaluation:
+    logits.append(model.predict_on_batch(features).reshape(-1))
+    labels.append(np.asarray(batch_labels).reshape(-1))
+  z = np.concatenate(logits).astype(np.float64)
+  y = np.concatenate(labels).astype(np.float64)
+  p = 1 / (1 + np.exp(-z))
+  return p, y, {"auc": metrics.roc_auc_score(y, p),
+                "logloss": metrics.log_loss(y, p),
+                "calibration": p.mean() / y.mean(), "eval_examples": len(y)}
+
+
+def _cpu():
+  """CPU seconds of this process (user + system, every thread: tf.data's
+  and the training step's)."""
+  usage = resource.getrusage(resource.RUSAGE_SELF)
+  return usage.ru_utime + usage.ru_stime
+
+
+def _timed(fn):
+  """(fn(), CPU seconds, wall seconds)."""
+  cpu, wall = _cpu(), time.perf_counter()
+  result = fn()
+  return result, _cpu() - cpu, time.perf_counter() - wall
+
+
+def profile_one(config, setup, rate, batch_size):
+  """Where one sampled training's CPU goes (see the module doc)."""
+  config = PipelineConfig(**{
+      **{f: getattr(config, f) for f in config.__dataclass_fields__},
+      "negative_sampling_rate": rate})
+  tfto, train_files, eval_files = setup
+  label = config.spec.label
+
+  def data():
+    return trainer.training_data(train_files, tfto, label, batch_size,
+                                 seed=1, negative_sampling_rate=rate)
+
+  def count(dataset):
+    return sum(int(batch[1].shape[0]) for batch in dataset)
+
+  probe, data_cpu, _ = _timed(data)
+  train_rows, train_pass_cpu, _ = _timed(lambda: count(probe.train))
+  _, validation_pass_cpu, _ = _timed(lambda: count(probe.validation))
+  fresh = data()
+  timer = training.ThroughputLogger(batch_size)
+  (model, record), train_cpu, train_wall = _timed(lambda: trainer.train(
+      config.trainer_settings, fresh, tfto, seed=1, verbose=0,
+      callbacks=[timer]))
+  scores = evaluate(model, tfto, eval_files, label)[2]
+  _, refit_cpu, _ = _timed(lambda: training.recalibrate_bias(
+      model, fresh.validation))
+  return {**scores, "rate": rate, "train_examples": fresh.train_examples,
+          "rows_read": train_rows,
+          "epochs_run": record["epochs_run"],
+          "training_data_cpu": data_cpu,
+          "train_pass_cpu": train_pass_cpu,
+          "validation_pass_cpu": validation_pass_cpu,
+          "train_cpu": train_cpu, "train_wall": train_wall,
+          "refit_cpu": refit_cpu,
+          "examples_per_second": float(np.mean(
+              record["history"]["examples_per_second"]))}
+
+
+def profile(config, setup, rates, repeats, batch_size, label, output):
+  """Appends one OUTPUT/profile.csv row per (repeat, rate) run."""
+  path = os.path.join(output, "profile.csv")
+  for repeat in range(repeats):
+    for rate in rates:
+      row = {"label": label, "repeat": repeat,
+             "load": os.getloadavg()[0],
+             **profile_one(config, setup, rate, batch_size)}
+      new = not os.path.exists(path)
+      with open(path, "a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(row))
+        if new:
+          writer.writeheader()
+        writer.writerow(row)
+      print(json.dumps(row), flush=True)
+  profile_report(path)
+
+
+def profile_report(path):
+  """Markdown: the mean of each profile column per checkout label and rate
+  (blank cells, e.g. rows recorded before a column existed, are left out)."""
+  with open(path) as f:
+    rows = list(csv.DictReader(f))
+  columns = ("training_data_cpu", "train_pass_cpu", "validation_pass_cpu",
+             "train_cpu", "refit_cpu", "examples_per_second", "auc",
+             "calibration", "train_examples")
+  print("| checkout | p | runs | " + " | ".join(columns) + " |")
+  print("|---|---|---|" + "---|" * len(columns))
+  for label in dict.fromkeys(r["label"] for r in rows):
+    for rate in sorted({float(r["rate"]) for r in rows}, reverse=True):
+      runs = [r for r in rows if r["label"] == label
+              and float(r["rate"]) == rate]
+      cells = []
+      for column in columns:
+        values = [float(r[column]) for r in runs if r.get(column)]
+        cells.append(f"{np.mean(values):.4g}" if values else "")
+      print(f"| {label} | {rate:g} | {len(runs)} | " + " | ".join(cells)
+            + " |")
 
 
 def main():
@@ -100,6 +209,11 @@ def main():
                       help="seeds of the runs below rate 1 (default --seeds)")
   parser.add_argument("--epochs", type=int, default=2)
   parser.add_argument("--batch-size", type=int, default=1024)
+  parser.add_argument("--profile", metavar="LABEL", default=None,
+                      help="profile the sampled training's CPU instead "
+                      "(module doc); LABEL names the checkout")
+  parser.add_argument("--repeats", type=int, default=1,
+                      help="--profile: runs per rate")
   args = parser.parse_args()
   activations = args.activations.split(",")
   seeds = [int(s) for s in args.seeds.split(",")]
@@ -112,6 +226,10 @@ def main():
   setup = (tft.TFTransformOutput(inputs.transform_graph),
            study_data.split_files(inputs.transformed_examples, "train"),
            study_data.split_files(inputs.transformed_examples, "eval"))
+  if args.profile:
+    profile(config, setup, rates, args.repeats, args.batch_size,
+            args.profile, args.output)
+    return
   # Seed by seed, the activations and the rates alternate (timing ratios
   # from one sitting).
   runs = []

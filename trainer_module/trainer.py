@@ -49,8 +49,16 @@ MAX_VALIDATION_EXAMPLES = 200_000
 # the non-clicks of the buckets next to the slice's).
 SAMPLING_BUCKETS = 1_000_000
 SAMPLING_KEY = (0x5EED, 0xC11C)
-# Records sampled per vectorised step (parse labels, hash, mask).
+# Records selected per vectorised step (select_records), and per element
+# of make_dataset's cache.
 _SAMPLING_CHUNK = 8192
+# make_dataset's cache holds the training part and the validation slice in
+# memory when their serialized records plus CACHE_ROW_OVERHEAD bytes each (a
+# tf.string's header and allocation, measured in
+# docs/production_smelu_sampling.md) take at most CACHE_MEMORY_SHARE of the
+# free memory; else every pass reads the files, as without a cache.
+CACHE_MEMORY_SHARE = 0.25
+CACHE_ROW_OVERHEAD = 128
 
 
 def validation_buckets(train_split_examples: int) -> int:
@@ -72,17 +80,9 @@ def in_validation_slice(serialized: tf.Tensor, buckets: int) -> tf.Tensor:
                                         VALIDATION_BUCKETS) < buckets
 
 
-def record_filter(part: str, buckets: int):
-  """A tf.data predicate keeping the 'train' or 'validation' part, or None
-  for 'all' (the whole split)."""
-  if part == "all":
-    return None
-  if part == "validation":
-    return lambda serialized: in_validation_slice(serialized, buckets)
-  if part == "train":
-    return lambda serialized: tf.logical_not(
-        in_validation_slice(serialized, buckets))
-  raise ValueError(f"unknown part {part!r}: 'all', 'train' or 'validation'")
+def _parse_labels(serialized, label):
+  return tf.io.parse_example(
+      serialized, {label: tf.io.FixedLenFeature([], tf.float32)})[label]
 
 
 def kept_by_sampling(serialized: tf.Tensor, labels: tf.Tensor,
@@ -105,55 +105,111 @@ def importance_weights(labels: tf.Tensor, rate: float) -> tf.Tensor:
                   tf.fill(tf.shape(labels), 1.0 / rate))
 
 
-def _parse_labels(serialized, label):
-  return tf.io.parse_example(
-      serialized, {label: tf.io.FixedLenFeature([], tf.float32)})[label]
+def _check_part(part: str) -> None:
+  if part not in ("all", "train", "validation"):
+    raise ValueError(f"unknown part {part!r}: 'all', 'train' or "
+                     "'validation'")
 
 
-def sample_negatives(records: tf.data.Dataset, label: str,
-                     rate: float) -> tf.data.Dataset:
-  """The serialized records negative down-sampling at `rate` keeps
-  (kept_by_sampling), in their order; the labels are parsed in chunks."""
-  def keep(serialized):
-    return tf.boolean_mask(serialized, kept_by_sampling(
+def select_records(serialized: tf.Tensor, label: str, part: str,
+                   buckets: int, rate: float) -> tf.Tensor:
+  """Of a chunk of serialized records, in their order, those of `part`
+  ('all'; 'train' or 'validation': the validation slice's `buckets`, see
+  in_validation_slice) that negative sampling at `rate` keeps
+  (kept_by_sampling). Vectorised on the bytes: only the part's labels are
+  parsed, and only below rate 1."""
+  _check_part(part)
+  if part != "all":
+    in_slice = in_validation_slice(serialized, buckets)
+    serialized = tf.boolean_mask(
+        serialized, in_slice if part == "validation" else ~in_slice)
+  if rate < 1:
+    serialized = tf.boolean_mask(serialized, kept_by_sampling(
         serialized, _parse_labels(serialized, label), rate))
-  return records.batch(_SAMPLING_CHUNK).map(
-      keep, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+  return serialized
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitStats:
+  """Per hash bucket of the validation slice's fingerprint
+  (in_validation_slice: VALIDATION_BUCKETS of them), what one pass over a
+  split counted; the train and validation parts of any slice size are sums
+  of buckets, so one pass answers every label_stats question.
+
+  Arrays of VALIDATION_BUCKETS float64:
+    records: records of the bucket.
+    kept: records negative sampling at `rate` keeps (= records at rate 1).
+    clicks: the kept records' sum of labels.
+    weight: the kept records' sum of importance_weights.
+    kept_bytes: the kept records' serialized bytes (the cache's size).
+  """
+  rate: float
+  records: np.ndarray
+  kept: np.ndarray
+  clicks: np.ndarray
+  weight: np.ndarray
+  kept_bytes: np.ndarray
+
+  def part(self, name: str, buckets: int) -> slice:
+    """The buckets of part `name` ('all', 'train', 'validation')."""
+    _check_part(name)
+    return {"all": slice(None), "train": slice(buckets, None),
+            "validation": slice(0, buckets)}[name]
+
+  def label_stats(self, part: str = "all",
+                  buckets: int = 0) -> Tuple[int, float]:
+    """label_stats' (examples kept, weighted click rate) of a part."""
+    where = self.part(part, buckets)
+    return (int(self.kept[where].sum()),
+            float(self.clicks[where].sum()) /
+            max(float(self.weight[where].sum()), 1.0))
+
+
+def split_stats(file_patterns: List[str], label: str,
+                negative_sampling_rate: float = 1.0) -> SplitStats:
+  """SplitStats of gzipped transformed TFRecords, in one pass.
+
+  Only the label is parsed, in large batches: cheap next to training.
+  """
+  files = [f for p in file_patterns for f in tf.io.gfile.glob(p)]
+  if not files:
+    raise FileNotFoundError(f"no transformed examples match {file_patterns}")
+  rate = negative_sampling_rate
+
+  def count(serialized):
+    labels = _parse_labels(serialized, label)
+    kept = tf.cast(kept_by_sampling(serialized, labels, rate) if rate < 1
+                   else tf.ones_like(labels, tf.bool), tf.float64)
+    columns = tf.stack([
+        tf.ones_like(kept), kept, kept * tf.cast(labels, tf.float64),
+        kept * tf.cast(importance_weights(labels, rate), tf.float64),
+        kept * tf.cast(tf.strings.length(serialized), tf.float64)], axis=1)
+    return tf.math.unsorted_segment_sum(
+        columns, tf.strings.to_hash_bucket_fast(serialized,
+                                                VALIDATION_BUCKETS),
+        VALIDATION_BUCKETS)
+
+  totals = tf.data.TFRecordDataset(
+      files, compression_type="GZIP",
+      num_parallel_reads=tf.data.AUTOTUNE).batch(65536).map(
+      count, num_parallel_calls=tf.data.AUTOTUNE).reduce(
+          tf.zeros([VALIDATION_BUCKETS, 5], tf.float64), tf.add).numpy()
+  return SplitStats(rate, *totals.T)
 
 
 def label_stats(file_patterns: List[str], label: str, part: str = "all",
                 buckets: int = 0, negative_sampling_rate: float = 1.0
                ) -> Tuple[int, float]:
-  """(examples, click rate) of gzipped transformed TFRecords, in one pass.
+  """(examples, click rate) of gzipped transformed TFRecords, in one pass
+  (split_stats).
 
-  Only the label is parsed, in large batches: cheap next to training.
-  `part` and `buckets` select the train or validation part (record_filter).
-  With a negative_sampling_rate below 1: (examples kept, the click rate of
-  the kept examples weighted by importance_weights), the estimate of the
-  unsampled click rate.
+  `part` and `buckets` select the train or validation part
+  (select_records). With a negative_sampling_rate below 1: (examples kept,
+  the click rate of the kept examples weighted by importance_weights), the
+  estimate of the unsampled click rate.
   """
-  files = [f for p in file_patterns for f in tf.io.gfile.glob(p)]
-  if not files:
-    raise FileNotFoundError(f"no transformed examples match {file_patterns}")
-  records = tf.data.TFRecordDataset(files, compression_type="GZIP",
-                                    num_parallel_reads=tf.data.AUTOTUNE)
-  keep = record_filter(part, buckets)
-  if keep is not None:
-    records = records.filter(keep)
-  rate = negative_sampling_rate
-  if rate < 1:
-    records = sample_negatives(records, label, rate)
-  labels = records.batch(65536).map(lambda b: _parse_labels(b, label))
-  examples, clicks, weight = labels.reduce(
-      (tf.constant(0, tf.int64), tf.constant(0.0, tf.float64),
-       tf.constant(0.0, tf.float64)),
-      lambda total, batch: (
-          total[0] + tf.size(batch, tf.int64),
-          total[1] + tf.reduce_sum(tf.cast(batch, tf.float64)),
-          total[2] + tf.reduce_sum(tf.cast(importance_weights(batch, rate),
-                                           tf.float64))))
-  examples = int(examples)
-  return examples, float(clicks) / max(float(weight), 1.0)
+  return split_stats(file_patterns, label,
+                     negative_sampling_rate).label_stats(part, buckets)
 
 
 def make_dataset(file_patterns: List[str],
@@ -164,15 +220,20 @@ def make_dataset(file_patterns: List[str],
                  seed: int = 0,
                  part: str = "all",
                  buckets: int = 0,
-                 negative_sampling_rate: float = 1.0) -> tf.data.Dataset:
+                 negative_sampling_rate: float = 1.0,
+                 cache: bool = False) -> tf.data.Dataset:
   """(features, label) batches from transformed examples.
 
   Records are batched BEFORE parsing (one parse_example per batch instead
   of one per record) and read in parallel, so input is not the bottleneck.
-  `part` and `buckets` keep the train or validation part of the records
-  (record_filter), on the serialized bytes, before any parsing. A
-  negative_sampling_rate below 1 keeps the records sample_negatives keeps
-  and gives (features, label, importance weight) batches.
+  `part` and `buckets` keep the train or validation part of the records,
+  and a negative_sampling_rate below 1 keeps the records sampling keeps
+  (select_records: on the serialized bytes, in chunks of _SAMPLING_CHUNK,
+  before any parsing of the features); then the batches are
+  (features, label, importance weight). `cache` keeps the selected
+  serialized records in memory after the first full pass, so later passes
+  (epochs, validations, the bias refit) neither read, decompress nor hash
+  the split again; they still shuffle and parse.
   """
   files = [f for p in file_patterns for f in tf.io.gfile.glob(p)]
   feature_spec = tf_transform_output.transformed_feature_spec()
@@ -182,12 +243,14 @@ def make_dataset(file_patterns: List[str],
   dataset = dataset.interleave(
       lambda f: tf.data.TFRecordDataset(f, compression_type="GZIP"),
       num_parallel_calls=tf.data.AUTOTUNE, deterministic=not shuffle)
-  keep = record_filter(part, buckets)
-  if keep is not None:
-    dataset = dataset.filter(keep)
   rate = negative_sampling_rate
-  if rate < 1:
-    dataset = sample_negatives(dataset, label, rate)
+  if part != "all" or rate < 1 or cache:
+    dataset = dataset.batch(_SAMPLING_CHUNK).map(
+        lambda chunk: select_records(chunk, label, part, buckets, rate),
+        num_parallel_calls=tf.data.AUTOTUNE)
+    if cache:
+      dataset = dataset.cache()
+    dataset = dataset.unbatch()
   if shuffle:
     dataset = dataset.shuffle(max(16 * batch_size, 10_000), seed=seed)
   dataset = dataset.batch(batch_size)
@@ -468,6 +531,8 @@ class TrainingData:
     validation_buckets: the slice's hash buckets (validation_buckets).
     negative_sampling: {} without negative sampling; else the record of
       sampling_record (rate, weights, the instability warning).
+    cached: whether both parts keep their records in memory after their
+      first pass (make_dataset's cache; cache_fits).
   """
   train: tf.data.Dataset
   validation: tf.data.Dataset
@@ -477,6 +542,15 @@ class TrainingData:
   validation_buckets: int
   negative_sampling: Mapping[str, Any] = dataclasses.field(
       default_factory=dict)
+  cached: bool = False
+
+
+def cache_fits(rows: int, serialized_bytes: int,
+               available_bytes: int) -> bool:
+  """Whether make_dataset's cache of these records fits the memory budget
+  (CACHE_MEMORY_SHARE of the free memory, CACHE_ROW_OVERHEAD per row)."""
+  return (serialized_bytes + rows * CACHE_ROW_OVERHEAD
+          <= CACHE_MEMORY_SHARE * available_bytes)
 
 
 def sampling_record(rate: float, click_rate: float,
@@ -513,12 +587,13 @@ def sampling_record(rate: float, click_rate: float,
 def training_part(train_files: List[str],
                   tf_transform_output: tft.TFTransformOutput, label: str,
                   batch_size: int, buckets: int, negative_sampling_rate: float,
-                  seed: int) -> tf.data.Dataset:
+                  seed: int, cache: bool = False) -> tf.data.Dataset:
   """The shuffled training part of the train split (TrainingData.train):
   one definition for training_data and each replica's own shuffle."""
   return make_dataset(train_files, tf_transform_output, label, batch_size,
                       shuffle=True, seed=seed, part="train", buckets=buckets,
-                      negative_sampling_rate=negative_sampling_rate)
+                      negative_sampling_rate=negative_sampling_rate,
+                      cache=cache)
 
 
 def training_data(train_files: List[str],
@@ -534,15 +609,17 @@ def training_data(train_files: List[str],
   minimises, at the sampled cost. The eval split is never sampled: TFMA
   (the Evaluator, the study) scores the unsampled eval examples without
   weights, the distribution the model serves.
+
+  One pass over the split counts both parts (split_stats); when the kept
+  records fit (cache_fits), both parts are cached in memory, so epochs
+  after the first read, decompress and hash only what sampling kept.
   """
-  split_examples, _ = label_stats(train_files, label)
-  buckets = validation_buckets(split_examples)
   rate = negative_sampling_rate
-  train_examples, click_rate = label_stats(train_files, label, "train",
-                                           buckets, rate)
-  validation_examples = (split_examples - train_examples if rate == 1 else
-                         label_stats(train_files, label, "validation",
-                                     buckets, rate)[0])
+  stats = split_stats(train_files, label, rate)
+  split_examples = int(stats.records.sum())
+  buckets = validation_buckets(split_examples)
+  train_examples, click_rate = stats.label_stats("train", buckets)
+  validation_examples = stats.label_stats("validation", buckets)[0]
   if validation_examples == 0 or train_examples == 0:
     raise ValueError(f"the train split's {split_examples} examples are too "
                      "few to hold out a validation slice for early stopping; "
@@ -552,15 +629,18 @@ def training_data(train_files: List[str],
     sampling = sampling_record(rate, click_rate, batch_size)
     if sampling["warning"]:
       logging.warning("%s", sampling["warning"])
+  cache = cache_fits(int(stats.kept.sum()), int(stats.kept_bytes.sum()),
+                     psutil.virtual_memory().available)
   return TrainingData(
       train=training_part(train_files, tf_transform_output, label,
-                          batch_size, buckets, rate, seed),
+                          batch_size, buckets, rate, seed, cache),
       validation=make_dataset(train_files, tf_transform_output, label,
                               batch_size, shuffle=False, part="validation",
-                              buckets=buckets, negative_sampling_rate=rate),
+                              buckets=buckets, negative_sampling_rate=rate,
+                              cache=cache),
       train_examples=train_examples, validation_examples=validation_examples,
       click_rate=click_rate, validation_buckets=buckets,
-      negative_sampling=sampling)
+      negative_sampling=sampling, cached=cache)
 
 
 def fit(model: models.CTRModel, data: TrainingData, epochs: int,
@@ -674,7 +754,7 @@ def train_replicas(settings: TrainerSettings, data: TrainingData,
         data, train=training_part(
             train_files, tf_transform_output, settings.spec.label,
             settings.batch_size, data.validation_buckets,
-            settings.negative_sampling_rate, seed))
+            settings.negative_sampling_rate, seed, data.cached))
     model, record = train(
         settings, replica_data, tf_transform_output, tuned, seed=seed,
         callbacks=[training.ThroughputLogger(settings.batch_size),

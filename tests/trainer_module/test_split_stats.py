@@ -1,0 +1,126 @@
+"""The input pipeline's one counting pass (split_stats) and its record
+cache: the same rows, labels and weights as selecting record by record."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from trainer_module import trainer
+
+
+def _examples(labels):
+  return [tf.train.Example(features=tf.train.Features(feature={
+      "row": tf.train.Feature(int64_list=tf.train.Int64List(value=[i])),
+      "click": tf.train.Feature(float_list=tf.train.FloatList(
+          value=[label]))})).SerializeToString()
+          for i, label in enumerate(labels)]
+
+
+class _FeatureSpec:
+  """The one method make_dataset reads of a TFTransformOutput."""
+
+  def transformed_feature_spec(self):
+    return {"row": tf.io.FixedLenFeature([], tf.int64),
+            "click": tf.io.FixedLenFeature([], tf.float32)}
+
+
+def _write(tmp_path, labels):
+  """Two gzipped shards; returns the records in shard order and the
+  pattern."""
+  records = _examples(labels)
+  shards = [records[0::2], records[1::2]]
+  for index, shard in enumerate(shards):
+    with tf.io.TFRecordWriter(str(tmp_path / f"train-{index}.gz"),
+                              options="GZIP") as writer:
+      for record in shard:
+        writer.write(record)
+  return records, [str(tmp_path / "train-*.gz")]
+
+
+def _reference(records, labels, rate, buckets):
+  """Record by record: (part of each record, kept by sampling, weight)."""
+  fingerprint = np.array([int(tf.strings.to_hash_bucket_fast(
+      r, trainer.VALIDATION_BUCKETS)) for r in records])
+  kept = np.array([bool(trainer.kept_by_sampling(
+      tf.constant([r]), tf.constant([l]), rate)[0]) if rate < 1 else True
+                   for r, l in zip(records, labels)])
+  weight = np.where(labels > 0.5, 1.0, np.float32(1 / rate))
+  return fingerprint < buckets, kept, weight, fingerprint
+
+
+@pytest.mark.parametrize("rate", [1.0, 0.3])
+def test_one_pass_counts_every_part_as_the_record_by_record_rule(
+    tmp_path, rate):
+  labels = (np.random.default_rng(3).random(3000) < 0.2).astype(np.float32)
+  records, files = _write(tmp_path, labels)
+  stats = trainer.split_stats(files, "click", rate)
+  buckets = trainer.validation_buckets(len(records))
+  validation, kept, weight, fingerprint = _reference(records, labels, rate,
+                                                     buckets)
+  np.testing.assert_array_equal(
+      stats.records, np.bincount(fingerprint,
+                                 minlength=trainer.VALIDATION_BUCKETS))
+  assert stats.kept_bytes.sum() == sum(
+      len(r) for r, k in zip(records, kept) if k)
+  for part, rows in (("all", np.ones_like(kept)), ("train", ~validation),
+                     ("validation", validation)):
+    chosen = rows & kept
+    want = (int(chosen.sum()),
+            labels[chosen].sum() / max(weight[chosen].sum(), 1.0))
+    got = stats.label_stats(part, buckets)
+    assert got[0] == want[0]
+    assert got[1] == pytest.approx(want[1], rel=1e-12)
+    # label_stats, one pass per question, answers the same.
+    assert trainer.label_stats(files, "click", part, buckets, rate) == got
+  # training_data's counts come from the one pass and match the rows its
+  # two datasets yield (selected chunk by chunk in make_dataset).
+  data = trainer.training_data(files, _FeatureSpec(), "click", 100,
+                               negative_sampling_rate=rate)
+  assert data.validation_buckets == buckets
+  for dataset, rows, count in ((data.train, ~validation, data.train_examples),
+                               (data.validation, validation,
+                                data.validation_examples)):
+    got = sorted(int(r) for batch in dataset for r in batch[0]["row"])
+    assert got == sorted(np.flatnonzero(rows & kept).tolist())
+    assert len(got) == count
+  assert data.click_rate == stats.label_stats("train", buckets)[1]
+  with pytest.raises(ValueError, match="unknown part 'test'"):
+    stats.label_stats("test", buckets)
+
+
+def test_cached_dataset_yields_the_same_rows_and_weights_every_pass(
+    tmp_path):
+  labels = (np.random.default_rng(4).random(2000) < 0.2).astype(np.float32)
+  _, files = _write(tmp_path, labels)
+
+  def rows(dataset):
+    return sorted((int(r), float(l), float(w)) for f, l, ws in dataset
+                  for r, l, w in zip(f["row"], l, ws))
+
+  def dataset(cache, shuffle):
+    return trainer.make_dataset(files, _FeatureSpec(), "click", 64,
+                                shuffle=shuffle, seed=5, part="train",
+                                buckets=100, negative_sampling_rate=0.5,
+                                cache=cache)
+
+  def order(dataset):
+    return [int(r) for f, _, _ in dataset for r in f["row"]]
+
+  plain = dataset(cache=False, shuffle=False)
+  want = rows(plain)
+  cached = dataset(cache=True, shuffle=True)
+  first, second = order(cached), order(cached)
+  assert rows(cached) == want  # Third pass, from memory.
+  assert sorted(first) == sorted(second) == [r for r, _, _ in want]
+  assert first != second  # Still reshuffled every pass.
+  # Unshuffled, the cache keeps the files' order.
+  in_order = dataset(cache=True, shuffle=False)
+  assert order(in_order) == order(in_order) == order(plain)
+
+
+def test_cache_fits_the_memory_budget():
+  rows, size = 1000, 300_000
+  need = size + rows * trainer.CACHE_ROW_OVERHEAD
+  available = need / trainer.CACHE_MEMORY_SHARE
+  assert trainer.cache_fits(rows, size, int(available))
+  assert not trainer.cache_fits(rows, size, int(available) - 10)
