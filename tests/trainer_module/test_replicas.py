@@ -74,8 +74,9 @@ def _seeds_trained(monkeypatch, count, seed, log_dir):
   """(seed, data's shuffle seed, TensorBoard?, verbose) per replica that
   train_replicas trains (train and training_part recorded, not run)."""
   trained = []
+  # training_part(files, transform, label, batch, buckets, rate, seed, ...)
   monkeypatch.setattr(trainer, "training_part",
-                      lambda *args: f"shuffled with {args[-1]}")
+                      lambda *args: f"shuffled with {args[6]}")
   def fake_train(settings, data, *args, seed=None, callbacks=(),
                  verbose="auto", **kwargs):
     trained.append((seed, data.train, any(
