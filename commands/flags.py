@@ -175,10 +175,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                       "(repeatable), e.g. --beam-arg=--direct_num_workers=2")
   add_hparam_arguments(parser, "the scaling rule maps it")
   _add_tuning_arguments(parser)
-  _add_replica_arguments(parser)
+  add_replica_arguments(parser)
 
 
-def _add_replica_arguments(parser: argparse.ArgumentParser) -> None:
+def add_replica_arguments(parser: argparse.ArgumentParser,
+                          gate: bool = True) -> None:
+  """--replicas, --push and, with the `gate` (run, not study), --max-pd."""
   replicas = parser.add_argument_group(
       "replicas", "reproducibility: the model trained several times with "
       "different seeds, their Prediction Difference (PD) reported by slice "
@@ -189,9 +191,10 @@ def _add_replica_arguments(parser: argparse.ArgumentParser) -> None:
                         choices=settings.PUSH_MODES,
                         help="with replicas, serve their mean probability "
                         "(ensemble, default) or replica 0 (single)")
-  replicas.add_argument("--max-pd", type=float, default=None,
-                        help="gate: the replicas' PD on the overall slice "
-                        "may be at most this (default: no check)")
+  if gate:
+    replicas.add_argument("--max-pd", type=float, default=None,
+                          help="gate: the replicas' PD on the overall slice "
+                          "may be at most this (default: no check)")
 
 
 def add_activation_arguments(parser: argparse.ArgumentParser) -> None:

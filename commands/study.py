@@ -5,9 +5,11 @@ pipeline (create_pipeline(..., until_transform=True), cached by TFX like any
 run), then trains every (model, scaling rule, batch size, seed) on that one
 transformed dataset and evaluates it on the one eval split:
 
-* training is the Trainer's: trainer.train with the run's
-  PipelineConfig.trainer_settings (base hyperparameters mapped by the run's
-  scaling rule) on trainer.training_data, seeded per run. CowClip is on
+* training is the Trainer's: trainer.train_replicas (trainer.train, once
+  per replica) with the run's PipelineConfig.trainer_settings (base
+  hyperparameters mapped by the run's scaling rule) on
+  trainer.training_data, seeded per run (with --replicas N, replica i with
+  the run's seed + i). CowClip is on
   exactly for the 'cowclip' rule (``ablation`` adds the cowclip rule without
   clipping). A NaN loss (training.NonFiniteLossError) is recorded as a
   diverged run.
@@ -17,6 +19,10 @@ transformed dataset and evaluates it on the one eval split:
   its id-frequency slice (the serving model's slicing signature buckets each
   example by the training counts of its ids), which shows where a rule loses
   AUC. Only the gate's change thresholds are dropped: there is no baseline.
+  With replicas, the served model is their mean (or replica 0, --push
+  single), and TFMA also gives each replica's AUC and the Prediction
+  Difference between them (components.prediction_difference), overall and
+  by id-frequency bucket.
 
 Every finished run is appended to DIR/study.csv at once; a restart with the
 same DIR skips the runs already there. A run that would train exactly like
@@ -72,12 +78,22 @@ class StudyRun:
 
 def study_runs(model_names: Sequence[str], rules: Sequence[str],
                batch_sizes: Sequence[int], seeds: Sequence[int],
-               ablation: bool = False) -> List[StudyRun]:
+               ablation: bool = False, replicas: int = 1) -> List[StudyRun]:
   """Every run, CowClip on exactly for the cowclip rule.
 
   With ``ablation``, the cowclip rule is also run without clipping (its
   hyperparameters, notably the unscaled embedding rate, without the clip).
+  With ``replicas``, a run of seed s trains replicas seeded s..s+replicas-1:
+  seeds closer than that would share replicas, and are refused.
   """
+  ordered = sorted(seeds)
+  for low, high in zip(ordered, ordered[1:]):
+    if high - low < replicas:
+      raise ValueError(
+          f"seeds {low} and {high} with {replicas} replicas would train the "
+          f"same replicas (seeds {low}..{low + replicas - 1} and "
+          f"{high}..{high + replicas - 1}); space the seeds at least "
+          f"{replicas} apart")
   for rule in rules:
     if rule not in scaling.RULES:
       raise ValueError(f"unknown scaling rule {rule!r}; choose from "
@@ -140,14 +156,16 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
          "seed": run.seed, "epochs": config.epochs,
          "embedding_update": config.embedding_update,
          "bias_constraints": ",".join(config.bias_constraints),
+         "replicas": config.replicas,
+         "push": config.push if config.replicas > 1 else "",
          "dense_lr": hparams["dense_lr"], "embed_lr": hparams["embed_lr"],
          "l2": hparams["l2"], "train_examples": data.train_examples}
   start = time.perf_counter()
   try:
-    model, trained = trainer.train(
-        trainer_settings, data, setup.tf_transform_output, seed=run.seed,
-        verbose=0,
-        callbacks=[training.ThroughputLogger(run.batch_size)])
+    replicas, trained = trainer.train_replicas(
+        trainer_settings, data, list(setup.train_files),
+        setup.tf_transform_output, {}, log_dir=None, seed=run.seed,
+        verbose=0)
   except training.NonFiniteLossError as error:
     print(f"{run.key}: diverged: {error}", flush=True)
     row.update(train_seconds=time.perf_counter() - start, diverged=True)
@@ -170,13 +188,13 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
 
   run_dir = os.path.join(config.output, "runs", run.key)
   serving_dir = os.path.join(run_dir, "serving")
-  trainer.export_serving_model([model], setup.baseline,
+  trainer.export_serving_model(replicas, setup.baseline,
                                setup.tf_transform_output, trainer_settings,
                                serving_dir)
   row.update(study_evaluation.metrics_row(study_evaluation.tfma_metrics(
       serving_dir, study_evaluation.study_eval_config(config),
       study_data.split_pattern(setup.inputs.raw_examples, "eval"),
-      os.path.join(run_dir, "tfma"), config.beam_args)))
+      os.path.join(run_dir, "tfma"), config.beam_args), config.replicas))
   return row
 
 
@@ -342,6 +360,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       "dataset)")
   parser.add_argument("--eval-fraction", type=float, default=None)
   flags.add_activation_arguments(parser)
+  flags.add_replica_arguments(parser, gate=False)
   parser.add_argument("--negative-sampling-rate", type=float, default=1.0,
                       metavar="P", help="keep each training non-click with "
                       "probability P, weighted 1/P (default 1: all)")
@@ -366,14 +385,18 @@ def main(args: argparse.Namespace) -> int:
                           embedding_update=args.embedding_update,
                           negative_sampling_rate=args.negative_sampling_rate,
                           bias_constraints=args.bias_constraints,
-                          bias_constraint_lr=args.bias_constraint_lr, **extra)
+                          bias_constraint_lr=args.bias_constraint_lr,
+                          replicas=args.replicas, push=args.push, **extra)
   runs = study_runs(args.models, args.rules, args.batch_sizes, args.seeds,
-                    args.ablation)
+                    args.ablation, args.replicas)
   rare, frequent = config.frequency_thresholds
   header = [f"Dataset {args.dataset} from `{args.data}`; models "
             f"{args.models}; rules {args.rules}; batch sizes "
             f"{args.batch_sizes}; seeds {args.seeds}; {args.epochs} "
-            f"epoch(s); ablation {args.ablation}.",
+            f"epoch(s); ablation {args.ablation}; replicas "
+            f"{args.replicas}"
+            + (f" (served: {args.push}; replica i of seed s is seeded "
+               "s + i)" if args.replicas > 1 else "") + ".",
             f"Base hyperparameters at batch {config.spec.base_batch_size}: "
             f"{config.base_hparams}",
             f"Model options: {config.trainer_settings.model_options}; "

@@ -75,28 +75,36 @@ def tfma_metrics(serving_dir: str, eval_config: tfma.EvalConfig,
 
 def model_metrics_by_slice(slicing_metrics) -> Dict[str, Dict[str, float]]:
   """{slice name: {metric: value}} of the model's output from TFMA's
-  EvalResult.slicing_metrics (the logistic-regression output left out)."""
+  EvalResult.slicing_metrics (the logistic-regression output left out);
+  a replica output's metrics as 'replica_<i>/<metric>'."""
   slices = {}
   for slice_key, by_output in slicing_metrics:
     values = slices.setdefault(_slice_name(slice_key), {})
     # {output: {sub key: {metric: value}}}. The model's output is "" (the
     # model spec's prediction_key), the logistic regression's is not read.
-    for metrics in by_output.get("", {}).values():
-      for name, value in metrics.items():
-        # TFMA writes its own metrics as {"doubleValue": x}, a custom
-        # metric's float (components.lr_gate) as the number itself.
-        if isinstance(value, (int, float)):
-          values[name] = float(value)
-        elif "doubleValue" in value:
-          values[name] = value["doubleValue"]
+    for output, by_sub_key in by_output.items():
+      if output and not output.startswith(contract.REPLICA_OUTPUT_PREFIX):
+        continue
+      prefix = f"{output}/" if output else ""
+      for metrics in by_sub_key.values():
+        for name, value in metrics.items():
+          # TFMA writes its own metrics as {"doubleValue": x}, a custom
+          # metric's float (components.lr_gate) as the number itself.
+          if isinstance(value, (int, float)):
+            values[prefix + name] = float(value)
+          elif "doubleValue" in value:
+            values[prefix + name] = value["doubleValue"]
   return slices
 
 
-def metrics_row(slices: Mapping[str, Mapping[str, float]]
-               ) -> Dict[str, float]:
+def metrics_row(slices: Mapping[str, Mapping[str, float]],
+                replicas: int = 1) -> Dict[str, object]:
   """The study.csv metric columns from tfma_metrics' slices.
 
   A bucket below the eval config's min_slice_size is not reported: NaN.
+  With `replicas` > 1 also the Prediction Difference between them overall
+  and per bucket, and each replica's AUC ('replica_aucs': space-separated,
+  replica 0 first); "auc" is then the served model's.
   """
   overall = slices[""]
   row = {"auc": overall.get("auc", math.nan),
@@ -109,4 +117,9 @@ def metrics_row(slices: Mapping[str, Mapping[str, float]]
     values = slices.get(f"{contract.ID_FREQUENCY}={bucket}", {})
     row[f"auc_{bucket}"] = values.get("auc", math.nan)
     row[f"examples_{bucket}"] = values.get("example_count", math.nan)
+    row[f"replica_pd_{bucket}"] = values.get(contract.REPLICA_PD, math.nan)
+  row["replica_pd"] = overall.get(contract.REPLICA_PD, math.nan)
+  row["replica_aucs"] = " ".join(
+      str(overall.get(f"{contract.replica_output(i)}/auc", math.nan))
+      for i in range(replicas)) if replicas > 1 else ""
   return row

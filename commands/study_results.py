@@ -15,6 +15,10 @@ import numpy as np
 
 from commands.study_evaluation import BUCKETS
 
+# With --replicas: how many, what was served (push), the PD between them
+# overall and per id-frequency bucket, and each one's AUC (space-separated).
+_REPLICA_COLUMNS = ("replicas", "push", "replica_pd") + tuple(
+    f"replica_pd_{b}" for b in BUCKETS) + ("replica_aucs",)
 COLUMNS = (
     ("run", "model", "rule", "cowclip", "batch_size", "seed", "epochs",
      "epochs_run", "best_epoch",
@@ -24,11 +28,11 @@ COLUMNS = (
      "auc", "logloss",
      "mean_prediction", "mean_label", "calibration") +
     tuple(f"{kind}_{b}" for b in BUCKETS for kind in ("auc", "examples")) +
-    ("bias_constraints",))
+    ("bias_constraints",) + _REPLICA_COLUMNS)
 # Columns a study.csv written before they existed may lack (read as "").
-_OPTIONAL_COLUMNS = ("bias_constraints",)
+_OPTIONAL_COLUMNS = ("bias_constraints",) + _REPLICA_COLUMNS
 _TEXT_COLUMNS = ("run", "model", "rule", "embedding_update",
-                 "bias_constraints")
+                 "bias_constraints", "push", "replica_aucs")
 _BOOL_COLUMNS = ("cowclip", "diverged")
 
 
@@ -149,12 +153,32 @@ def _table(groups, model: str, column: str, digits: int) -> List[str]:
   return lines
 
 
+def _has_replica_pd(rows: Iterable[Mapping[str, object]]) -> bool:
+  """Whether any finished run measured PD between replicas."""
+  return any(not math.isnan(r["replica_pd"]) for r in rows)
+
+
+def _replica_auc_mean(row: Mapping[str, object]) -> float:
+  """The mean of a row's replica AUCs (NaN without replicas)."""
+  aucs = [float(v) for v in str(row.get("replica_aucs") or "").split()]
+  return statistics.mean(aucs) if aucs else math.nan
+
+
 def markdown_report(rows: Sequence[Mapping[str, object]],
                     header: Sequence[str]) -> str:
-  """study.md: AUC, log loss, calibration, speed and bucket AUC tables."""
+  """study.md: AUC, log loss, calibration, speed and bucket AUC tables;
+  with replicas, their PD (overall and by bucket) and mean AUC."""
+  rows = [{**r, "replica_auc_mean": _replica_auc_mean(r)} for r in rows]
   groups = _group(rows)
   lines = ["# Batch-size scaling study", "", *header, ""]
   for model in dict.fromkeys(m for m, _, _ in groups):
+    replica_tables = (
+        ("Prediction Difference between the replicas (PD, Anil et al. "
+         "2022, section 5)", "replica_pd", 4),
+        ("Mean AUC of the replicas (the served model's: Eval AUC)",
+         "replica_auc_mean", 4)) if _has_replica_pd(
+             r for (m, _, _), members in groups.items() if m == model
+             for r in members) else ()
     for title, column, digits in (
         ("Eval AUC", "auc", 4), ("Eval log loss", "logloss", 4),
         ("Calibration (mean prediction / mean label)", "calibration", 3),
@@ -162,27 +186,32 @@ def markdown_report(rows: Sequence[Mapping[str, object]],
          "epochs)", "clipped_fraction", 4),
         ("Training examples/second", "examples_per_second", 0),
         ("Seconds per epoch (compile excluded)", "epoch_seconds", 1),
-        ("Training wall seconds (compile included)", "train_seconds", 1)):
+        ("Training wall seconds (compile included)", "train_seconds", 1),
+        *replica_tables):
       lines += [f"## {model}: {title}", "",
                 *_table(groups, model, column, digits), ""]
     batches = sorted({b for m, _, b in groups if m == model})
     for batch in sorted({batches[0], batches[-1]}):
-      lines += [f"## {model}: eval AUC by id frequency, batch {batch}", "",
-                "| rule | " + " | ".join(BUCKETS) + " |",
-                "|---" * (len(BUCKETS) + 1) + "|"]
-      for (m, label, b), members in groups.items():
-        if m == model and b == batch:
-          cells = [_cell(members, f"auc_{name}") for name in BUCKETS]
-          lines.append(f"| {label} | " + " | ".join(cells) + " |")
+      for title, column in (("eval AUC", "auc"), ("PD between replicas",
+                                                   "replica_pd")):
+        if column == "replica_pd" and not replica_tables:
+          continue
+        lines += [f"## {model}: {title} by id frequency, batch {batch}", "",
+                  "| rule | " + " | ".join(BUCKETS) + " |",
+                  "|---" * (len(BUCKETS) + 1) + "|"]
+        for (m, label, b), members in groups.items():
+          if m == model and b == batch:
+            cells = [_cell(members, f"{column}_{name}") for name in BUCKETS]
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        lines.append("")
       finished = [r for (m, _, b), members in groups.items()
                   if m == model and b == batch for r in members
                   if not r["diverged"]]
       if finished:
         counts = [finished[0][f"examples_{name}"] for name in BUCKETS]
-        lines += ["", "Eval examples per bucket: " + ", ".join(
+        lines += ["Eval examples per bucket: " + ", ".join(
             f"{name} {'< min slice size' if math.isnan(n) else int(n)}"
-            for name, n in zip(BUCKETS, counts))]
-      lines.append("")
+            for name, n in zip(BUCKETS, counts)), ""]
   return "\n".join(lines)
 
 
@@ -201,13 +230,17 @@ def _series(groups, model: str, column: str):
 
 def write_figures(rows: Sequence[Mapping[str, object]], output: str
                  ) -> List[str]:
-  """AUC and epoch time vs batch size, and bucket AUC at both batch ends."""
+  """AUC and epoch time vs batch size (PD between replicas too when
+  measured), and bucket AUC at both batch ends."""
   groups = _group(rows)
   model_names = list(dict.fromkeys(m for m, _, _ in groups))
   paths = []
+  pd_figure = (("pd_vs_batch.png", "replica_pd", "PD between replicas"),
+               ) if _has_replica_pd(rows) else ()
   for name, column, ylabel in (
       ("auc_vs_batch.png", "auc", "eval AUC"),
-      ("epoch_time_vs_batch.png", "epoch_seconds", "seconds per epoch")):
+      ("epoch_time_vs_batch.png", "epoch_seconds", "seconds per epoch"),
+      *pd_figure):
     figure = Figure(figsize=(6 * len(model_names), 4.5))
     for i, model in enumerate(model_names):
       axes = figure.add_subplot(1, len(model_names), i + 1)

@@ -736,37 +736,45 @@ def train(settings: TrainerSettings, data: TrainingData,
 def train_replicas(settings: TrainerSettings, data: TrainingData,
                    train_files: List[str],
                    tf_transform_output: tft.TFTransformOutput,
-                   tuned: Mapping[str, Any], log_dir: str
+                   tuned: Mapping[str, Any], log_dir: Optional[str],
+                   seed: Optional[int] = None, verbose: Any = "auto"
                   ) -> Tuple[List[models.CTRModel], Dict[str, Any]]:
   """settings.replicas models trained through train(), identically but for
-  the seed: replica i is seeded with i (initialisation) and reads the
-  training part shuffled with seed i (data order), as two retrains differ.
+  the seed: replica i is seeded with seed + i (initialisation) and reads the
+  training part shuffled with that seed (data order), as two retrains
+  differ.
 
-  One replica (the default) trains unseeded, as before. The record is
-  replica 0's; with replicas, "replicas" lists each one's seed, epochs and
-  best validation metrics (the report's per-replica AUC).
+  `seed` None (run_fn): replicas are seeded 0..N-1, and one replica (the
+  default) trains unseeded, as before; the study gives its run's seed. One
+  replica trains on `data` as given (its shuffle seeded by training_data).
+  `log_dir`: TensorBoard logs (None: none). The record is replica 0's; with
+  replicas, "replicas" lists each one's seed, epochs and best validation
+  metrics (the report's per-replica AUC).
   """
   count = settings.replicas
   replicas, records = [], []
   for index in range(count):
-    seed = index if count > 1 else None
-    replica_data = data if seed is None else dataclasses.replace(
+    replica_seed = None if seed is None and count == 1 else (
+        (seed or 0) + index)
+    replica_data = data if count == 1 else dataclasses.replace(
         data, train=training_part(
             train_files, tf_transform_output, settings.spec.label,
             settings.batch_size, data.validation_buckets,
-            settings.negative_sampling_rate, seed, data.cached))
+            settings.negative_sampling_rate, replica_seed, data.cached))
+    callbacks = [training.ThroughputLogger(settings.batch_size)]
+    if log_dir is not None:
+      callbacks.append(keras.callbacks.TensorBoard(log_dir=(
+          log_dir if count == 1 else
+          os.path.join(log_dir, contract.replica_output(index)))))
     model, record = train(
-        settings, replica_data, tf_transform_output, tuned, seed=seed,
-        callbacks=[training.ThroughputLogger(settings.batch_size),
-                   keras.callbacks.TensorBoard(log_dir=(
-                       log_dir if count == 1 else
-                       os.path.join(log_dir, contract.replica_output(index))))])
+        settings, replica_data, tf_transform_output, tuned, seed=replica_seed,
+        callbacks=callbacks, verbose=verbose)
     replicas.append(model)
     records.append(record)
   record = records[0]
   if count > 1:
     record.update(push=settings.push, replicas=[
-        {"seed": index, **{k: r[k] for k in (
+        {"seed": (seed or 0) + index, **{k: r[k] for k in (
             "epochs_run", "best_epoch", "best", "bias_shift")}}
         for index, r in enumerate(records)])
   return replicas, record

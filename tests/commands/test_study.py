@@ -91,6 +91,48 @@ def test_model_metrics_are_the_model_outputs_not_the_baselines():
   assert slices["id_frequency=rare"]["auc"] == 0.6
 
 
+def test_replicas_reach_the_eval_config_and_seeds_may_not_share_them():
+  """With replicas the study's TFMA config keeps the Evaluator's replica PD
+  and per-replica AUC; a run of seed s trains replicas s..s+N-1."""
+  config = PipelineConfig(dataset="criteo", data="unused", output="unused",
+                          replicas=2)
+  cut = study_evaluation.study_eval_config(config)
+  names = [m.class_name for spec in cut.metrics_specs for m in spec.metrics]
+  assert "ReplicaPredictionDifference" in names
+  assert ["replica_0", "replica_1"] in [list(spec.output_names)
+                                        for spec in cut.metrics_specs]
+  assert len(study.study_runs(["deepfm"], ["none"], [1024], [1, 3],
+                              replicas=2)) == 2
+  with pytest.raises(ValueError, match=r"seeds 1 and 2 with 2 replicas .*"
+                     r"space the seeds at least 2 apart"):
+    study.study_runs(["deepfm"], ["none"], [1024], [2, 1], replicas=2)
+
+
+def test_metrics_row_reads_the_replicas_pd_and_aucs():
+  # EvalResult.slicing_metrics as TFMA 0.47 gives them for a two-replica
+  # export: the PD (a custom metric's float) under output "", each
+  # replica's AUC under its output, the logistic regression's ignored.
+  def by_output(auc, pd, replica_aucs):
+    outputs = {"": {"": {"auc": {"doubleValue": auc},
+                         "example_count": {"doubleValue": 400.0},
+                         "replica_prediction_difference": pd}},
+               "logistic_regression": {"": {"auc": {"doubleValue": 0.5}}}}
+    for i, value in enumerate(replica_aucs):
+      outputs[f"replica_{i}"] = {"": {"auc": {"doubleValue": value}}}
+    return outputs
+  slices = study_evaluation.model_metrics_by_slice([
+      ((), by_output(0.75, 0.2, [0.74, 0.73])),
+      ((("id_frequency", b"rare"),), by_output(0.6, 0.3, [0.58, 0.59]))])
+  assert slices[""]["replica_1/auc"] == 0.73
+  assert "logistic_regression/auc" not in slices[""]
+  row = study_evaluation.metrics_row(slices, replicas=2)
+  assert (row["auc"], row["replica_pd"]) == (0.75, 0.2)
+  assert row["replica_pd_rare"] == 0.3 and math.isnan(row["replica_pd_medium"])
+  assert row["replica_aucs"] == "0.74 0.73"
+  single = study_evaluation.metrics_row(slices)
+  assert single["replica_aucs"] == ""
+
+
 def _row(rule, batch, seed, auc, diverged=False, cowclip=None):
   cowclip = rule == "cowclip" if cowclip is None else cowclip
   row = {name: 1.0 for name in study_results.COLUMNS}
@@ -98,7 +140,9 @@ def _row(rule, batch, seed, auc, diverged=False, cowclip=None):
              model="deepfm", rule=rule, cowclip=cowclip, batch_size=batch,
              seed=seed, embedding_update="dense", diverged=diverged, auc=auc,
              auc_rare=auc - 0.05, examples_medium=math.nan,
-             bias_constraints="")
+             bias_constraints="", replicas=1, push="", replica_aucs="",
+             **{c: math.nan for c in study_results.COLUMNS
+                if c.startswith("replica_pd")})
   if diverged:
     for name in ("auc", "logloss", "auc_rare"):
       row[name] = math.nan
@@ -155,6 +199,9 @@ def test_a_study_dir_refuses_other_study_wide_settings(tmp_path):
   message = str(error.value)
   assert str(tmp_path / "s") in message and "another --output" in message
   assert "model_options" in message and "negative_sampling_rate: 1.0, now 0.5" in message
+  for replicas in ({"replicas": 2}, {"replicas": 1, "push": "single"}):
+    with pytest.raises(ValueError, match=f"{list(replicas)[-1]}: "):
+      study.check_study_settings(dataclasses.replace(config, **replicas))
 
 
 def test_csv_round_trip_and_bad_values(tmp_path):
@@ -189,6 +236,46 @@ def test_appending_to_a_csv_without_the_optional_columns_adds_them(tmp_path):
   rows = study_results.read_rows(path)
   assert [(r["auc"], r["bias_constraints"]) for r in rows] == [
       (0.75, ""), (0.76, "C6")]
+
+
+def test_appending_replica_columns_to_an_older_csv(tmp_path):
+  """A study.csv from before the replica columns keeps its rows (read as no
+  replicas: NaN / ""); a row with replicas lands under its own headers."""
+  path = str(tmp_path / "study.csv")
+  old_columns = [c for c in study_results.COLUMNS
+                 if not c.startswith(("replica", "push"))]
+  with open(path, "w", newline="") as f:
+    writer = csv.DictWriter(f, fieldnames=old_columns, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerow(_row("none", 1024, 1, 0.75))
+  assert math.isnan(study_results.read_rows(path)[0]["replica_pd"])
+  study_results.append_row(path, dict(
+      _row("none", 1024, 3, 0.76), replicas=2, push="ensemble",
+      replica_pd=0.19, replica_pd_rare=0.25, replica_aucs="0.74 0.745"))
+  old, new = study_results.read_rows(path)
+  assert (old["push"], old["replica_aucs"]) == ("", "")
+  assert (new["replicas"], new["push"], new["replica_pd"],
+          new["replica_pd_rare"], new["replica_aucs"]) == (
+              2, "ensemble", 0.19, 0.25, "0.74 0.745")
+
+
+def test_report_shows_the_replicas_pd_when_measured(tmp_path):
+  rows = [dict(_row("none", 1024, seed, 0.75), replicas=2, push="ensemble",
+               replica_pd=pd, replica_pd_rare=pd + 0.1,
+               replica_aucs=f"{0.74 + seed / 100} 0.73")
+          for seed, pd in ((1, 0.2), (3, 0.1))]
+  text = study_results.markdown_report(rows, [])
+  assert "## deepfm: Prediction Difference between the replicas" in text
+  assert "| none | 0.1500 ± 0.0707 |" in text
+  # Mean over the replicas (0.74, 0.75), then over the seeds.
+  assert "## deepfm: Mean AUC of the replicas" in text
+  assert "| none | 0.7450 ± 0.0071 |" in text
+  assert "## deepfm: PD between replicas by id frequency, batch 1024" in text
+  assert "| none | 0.2500 ± 0.0707 | n/a |" in text
+  paths = study_results.write_figures(rows, str(tmp_path))
+  assert "pd_vs_batch.png" in [os.path.basename(p) for p in paths]
+  without = study_results.markdown_report([_row("none", 1024, 1, 0.75)], [])
+  assert "replicas" not in without
 
 
 def test_report_tables_and_figures(tmp_path):

@@ -18,12 +18,16 @@ import apache_beam as beam
 import keras
 import numpy as np
 import pytest
+from sklearn.metrics import roc_auc_score
 import tensorflow as tf
 import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
 from tfx.utils import io_utils
 from tfx_bsl.public import tfxio as tfx_tfxio
 
+from commands import study_evaluation
+from components import prediction_difference
+from pipeline.config import PipelineConfig
 from trainer_module import contract
 from trainer_module import features
 from trainer_module import models
@@ -243,12 +247,9 @@ def criteo_run(tmp_path_factory):
   return spec, rows, transformed, output
 
 
-@pytest.mark.slow
-def test_criteo_export_serves_the_mean_and_every_replica(criteo_run,
-                                                         tmp_path):
-  """On this Transform output, two differently seeded DeepFMs exported as
-  replicas: serving_default returns each replica's probability and their
-  mean, on raw tf.Examples (trainer.export_serving_model)."""
+def _served_replicas(criteo_run, export_dir: str) -> Dict[str, np.ndarray]:
+  """Exports two differently seeded DeepFMs as replicas on criteo_run's
+  Transform output; their serving outputs for its rows (raw tf.Examples)."""
   spec, rows, _, output = criteo_run
   options = ModelOptions(embedding_dim=2, hidden_units=(4,))
   settings = TrainerSettings(dataset="criteo", replicas=2,
@@ -259,13 +260,53 @@ def test_criteo_export_serves_the_mean_and_every_replica(criteo_run,
     keras.utils.set_random_seed(seed)
     replicas.append(models.build_model("deepfm", sizes, spec.dense, options))
   baseline = models.build_model("lr", sizes, spec.dense, options)
-  export_dir = str(tmp_path / "serving")
   trainer.export_serving_model(replicas, baseline, output, settings,
                                export_dir)
   serve = tf.saved_model.load(export_dir).signatures["serving_default"]
   raw = tf.constant([_example({k: v for k, v in r.items() if k != spec.label})
                      for r in rows])
-  outputs = {k: v.numpy() for k, v in serve(examples=raw).items()}
+  return {k: v.numpy() for k, v in serve(examples=raw).items()}
+
+
+@pytest.mark.slow
+def test_study_evaluation_of_replicas_reports_their_pd(criteo_run, tmp_path):
+  """The study's TFMA evaluation of a replica export (the Evaluator's
+  metrics): its replica_pd column is the PD of the served replica outputs
+  (components.prediction_difference, NumPy), its AUCs are the outputs'."""
+  spec, rows, _, _ = criteo_run
+  export_dir = str(tmp_path / "serving")
+  outputs = _served_replicas(criteo_run, export_dir)
+  eval_file = str(tmp_path / "eval" / "examples.tfrecord")
+  os.makedirs(os.path.dirname(eval_file))
+  with tf.io.TFRecordWriter(eval_file) as writer:
+    for row in rows:
+      writer.write(_example(row))
+  config = PipelineConfig(dataset="criteo", data="unused",
+                          output=str(tmp_path), replicas=2, min_slice_size=1)
+  row = study_evaluation.metrics_row(study_evaluation.tfma_metrics(
+      export_dir, study_evaluation.study_eval_config(config), eval_file,
+      str(tmp_path / "tfma"), []), replicas=2)
+  first, second = (outputs[contract.replica_output(i)].ravel()
+                   for i in (0, 1))
+  assert row["replica_pd"] == pytest.approx(
+      prediction_difference.prediction_difference([first, second]),
+      rel=1e-5)
+  labels = [r[spec.label] for r in rows]
+  aucs = [float(a) for a in row["replica_aucs"].split()]
+  assert aucs == pytest.approx([roc_auc_score(labels, p)
+                                for p in (first, second)], abs=1e-3)
+  assert row["auc"] == pytest.approx(roc_auc_score(
+      labels, outputs[contract.PREDICTION_KEY].ravel()), abs=1e-3)
+
+
+@pytest.mark.slow
+def test_criteo_export_serves_the_mean_and_every_replica(criteo_run,
+                                                         tmp_path):
+  """On this Transform output, two differently seeded DeepFMs exported as
+  replicas: serving_default returns each replica's probability and their
+  mean, on raw tf.Examples (trainer.export_serving_model)."""
+  spec, rows, _, _ = criteo_run
+  outputs = _served_replicas(criteo_run, str(tmp_path / "serving"))
   assert sorted(outputs) == sorted([
       contract.PREDICTION_KEY, contract.LR_OUTPUT,
       contract.replica_output(0), contract.replica_output(1)])

@@ -4,6 +4,7 @@ test_criteo_export_serves_the_mean_and_every_replica, on its Transform
 output)."""
 
 import argparse
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -67,3 +68,44 @@ def test_served_probability_is_the_replicas_mean_or_replica_zero():
   # One model: its probability, no replica outputs (the signature as before).
   alone = trainer.serving_outputs(replicas[:1], lr, "ensemble")
   assert sorted(alone) == sorted([contract.PREDICTION_KEY, contract.LR_OUTPUT])
+
+
+def _seeds_trained(monkeypatch, count, seed, log_dir):
+  """(seed, data's shuffle seed, TensorBoard?, verbose) per replica that
+  train_replicas trains (train and training_part recorded, not run)."""
+  trained = []
+  # training_part(files, transform, label, batch, buckets, rate, seed, ...)
+  monkeypatch.setattr(trainer, "training_part",
+                      lambda *args: f"shuffled with {args[6]}")
+  def fake_train(settings, data, *args, seed=None, callbacks=(),
+                 verbose="auto", **kwargs):
+    trained.append((seed, data.train, any(
+        isinstance(c, keras.callbacks.TensorBoard) for c in callbacks),
+                    verbose))
+    return object(), {"epochs_run": 1, "best_epoch": 1, "best": {},
+                      "bias_shift": 0.0}
+  monkeypatch.setattr(trainer, "train", fake_train)
+  data = trainer.TrainingData(train="as given", validation=None,
+                              train_examples=10, validation_examples=1,
+                              click_rate=0.5, validation_buckets=1)
+  _, record = trainer.train_replicas(
+      TrainerSettings(dataset="criteo", replicas=count), data, [], None, {},
+      log_dir, seed=seed, verbose=0 if seed is not None else "auto")
+  return trained, record
+
+
+def test_replica_seeds_run_fn_and_study(monkeypatch, tmp_path):
+  """run_fn (no seed): replicas seeded 0..N-1, one replica unseeded; the
+  study (its run's seed s): s..s+N-1, no TensorBoard logs, quiet."""
+  logs = str(tmp_path)
+  assert _seeds_trained(monkeypatch, 1, None, logs)[0] == [
+      (None, "as given", True, "auto")]
+  trained, record = _seeds_trained(monkeypatch, 2, None, logs)
+  assert trained == [(0, "shuffled with 0", True, "auto"),
+                     (1, "shuffled with 1", True, "auto")]
+  assert [r["seed"] for r in record["replicas"]] == [0, 1]
+  assert _seeds_trained(monkeypatch, 1, 7, None)[0] == [
+      (7, "as given", False, 0)]
+  trained, record = _seeds_trained(monkeypatch, 3, 7, None)
+  assert trained == [(s, f"shuffled with {s}", False, 0) for s in (7, 8, 9)]
+  assert [r["seed"] for r in record["replicas"]] == [7, 8, 9]
