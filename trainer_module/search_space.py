@@ -2,8 +2,11 @@
 
 What is searched are the hyperparameters at the dataset's base batch size
 (features.DatasetSpec.base_hparams), each by default over
-hparams.BaseHParam.search_factors around the dataset's value, on a log scale
-where hparams says so; optionally the model's sizes (contract.MODEL_SIZE_KEYS).
+hparams.BaseHParam.search_factors around a center, on a log scale where
+hparams says so. The center is the value the run would train with untuned:
+the tuner passes the auto base for its data size (scaling.auto_base_hparams),
+since on small data that lies decades away from the published value and a
+range around the published one would search only worse settings; optionally the model's sizes (contract.MODEL_SIZE_KEYS).
 Bounds are overridden by a JSON object, e.g.
 ``{"dense_lr": [1e-4, 1e-2], "r": 1.0, "embedding_dim": [8, 16, 32]}``:
 ``[low, high]`` for a float, a list of choices for a size, one number to
@@ -64,7 +67,7 @@ class Dimension:
     return self.low <= value <= self.high
 
 
-def _float_dimension(name: str, value: Any, published: float,
+def _float_dimension(name: str, value: Any, center: float,
                      source: str) -> Dimension:
   """A float dimension from `[low, high]` or a number (fixed)."""
   log = hparams.BY_NAME[name].log
@@ -79,8 +82,8 @@ def _float_dimension(name: str, value: Any, published: float,
       all(number(v) for v in value) and value[0] < value[1] and
       (value[0] > 0 or not log)):
     low, high = float(value[0]), float(value[1])
-    if low <= published <= high:
-      default = published
+    if low <= center <= high:
+      default = center
     else:
       default = math.sqrt(low * high) if log else (low + high) / 2
     return Dimension(name, default, low, high, log)
@@ -125,9 +128,10 @@ def search_space(dataset: str,
                  tune_model_size: bool = False,
                  source: str = "search space",
                  model_options: Union[settings.ModelOptions,
-                                      Mapping[str, Any], None] = None
+                                      Mapping[str, Any], None] = None,
+                 centers: Optional[Mapping[str, float]] = None
                 ) -> Dict[str, Dimension]:
-  """The searched dimensions: defaults around the published values.
+  """The searched dimensions: defaults around the centers.
 
   Args:
     dataset: a features.DATASETS name (its base_hparams are the defaults).
@@ -138,6 +142,8 @@ def search_space(dataset: str,
     source: named in errors (the file the overrides came from).
     model_options: the run's ModelOptions (or their overrides), which
       center the sizes.
+    centers: base values the default ranges are around and start from,
+      by name (default: the dataset's published values).
 
   Returns:
     name -> Dimension, base hyperparameters first.
@@ -147,8 +153,13 @@ def search_space(dataset: str,
       malformed bound.
   """
   spec = features.get_spec(dataset)
+  centers = {**spec.base_hparams, **hparams.check_overrides(
+      centers or {}, "search space centers")}
   space = {}
-  for name, value in spec.base_hparams.items():
+  for name in spec.base_hparams:
+    # A zero center (e.g. --warmup-epochs 0) spans no range: search around
+    # the published value instead.
+    value = centers[name] or spec.base_hparams[name]
     low, high = hparams.BY_NAME[name].search_factors
     space[name] = _float_dimension(name, [value * low, value * high], value,
                                    f"{dataset} defaults")
@@ -172,8 +183,7 @@ def search_space(dataset: str,
                          "only with --tune-model-size (tune_model_size)")
       space[name] = _size_dimension(name, value, sizes[name], source)
     elif name in spec.base_hparams:
-      space[name] = _float_dimension(name, value, spec.base_hparams[name],
-                                     source)
+      space[name] = _float_dimension(name, value, centers[name], source)
     else:
       raise ValueError(f"{source}: unknown hyperparameter {name!r}; "
                        f"searchable: {list(spec.base_hparams)} and, with "

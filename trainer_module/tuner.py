@@ -8,8 +8,9 @@ are base values: one tuning result serves every batch size, and the Trainer
 maps them again for its own batch size.
 
 * Search space: trainer_module.search_space (the ranges and scales of
-  hparams.BASE_HPARAMS around the dataset's values; optionally the model's
-  sizes), declared to KerasTuner here.
+  hparams.BASE_HPARAMS around the values the run would train with untuned,
+  i.e. the auto base for its data size; optionally the model's sizes),
+  declared to KerasTuner here.
 * Objective: the best epoch's validation AUC (contract.OBJECTIVE: the models
   log ``auc``, Keras prefixes validation metrics) on the validation slice of
   the TRAIN split that run_fn early-stops on (trainer.training_data; the
@@ -161,15 +162,17 @@ def tuner_fn(fn_args) -> tfx.components.TunerFnResult:
   """
   settings = TrainerSettings.from_custom_config(fn_args.custom_config)
   tuning = TuningSettings.from_custom_config(fn_args.custom_config)
-  space = search_space(settings.dataset, tuning.search_space,
-                       tuning.tune_model_size,
-                       source="custom_config tuning.search_space",
-                       model_options=settings.model_options)
   tf_transform_output = tft.TFTransformOutput(fn_args.transform_graph_path)
   data = trainer.training_data(
       fn_args.train_files, tf_transform_output, settings.spec.label,
       settings.batch_size,
       negative_sampling_rate=settings.negative_sampling_rate)
+  untuned = trainer.training_hparams(settings, {}, data.train_examples)
+  space = search_space(settings.dataset, tuning.search_space,
+                       tuning.tune_model_size,
+                       source="custom_config tuning.search_space",
+                       model_options=settings.model_options,
+                       centers=untuned["base"])
   hypermodel = CtrHyperModel(settings, space, tf_transform_output, data)
   tuner = make_tuner(tuning.tuner, hypermodel, tuning.trials,
                      settings.epochs,

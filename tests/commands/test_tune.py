@@ -22,6 +22,8 @@ from components import tuner as tuner_component
 from pipeline import runner
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_pipeline
+from trainer_module import features
+from trainer_module import hparams
 from trainer_module import scaling
 from trainer_module import tuner
 
@@ -270,13 +272,24 @@ def test_tuner_ran_and_fed_the_trainer(tuned_run):
 @pytest.mark.slow
 def test_best_values_lie_in_the_declared_space(tuned_run):
   best = _best_values(tuned_run["tuner"]["best_hyperparameters"])
-  space = tuner.search_space("criteo")
-  assert set(best["values"]) == set(space)
-  for name, value in best["values"].items():
-    assert space[name].contains(value), (name, value)
   declared = {p["config"]["name"]: p["config"] for p in best["space"]}
+  assert set(best["values"]) == set(declared) == set(tuner.search_space(
+      "criteo"))
+  for name, value in best["values"].items():
+    assert declared[name]["min_value"] <= value <= declared[name]["max_value"]
   assert declared["dense_lr"]["sampling"] == "log"
   assert declared["r"]["sampling"] == "linear"
+  # Centered on the run's auto base (4k rows: far above the published
+  # values), the values the run would train with untuned.
+  published = features.CRITEO.base_hparams
+  for name in ("embed_lr", "l2"):
+    high = hparams.BY_NAME[name].search_factors[1]
+    assert declared[name]["default"] > published[name] * high, name
+  for name in scaling.AUTO_KEYS:
+    low, high = hparams.BY_NAME[name].search_factors
+    center = declared[name]["default"]
+    assert (declared[name]["min_value"], declared[name]["max_value"]) == (
+        pytest.approx(center * low), pytest.approx(center * high))
 
 
 @pytest.mark.slow

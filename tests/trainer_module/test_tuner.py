@@ -27,6 +27,28 @@ def test_default_space_is_around_the_published_base_values(dataset):
   assert (space["warmup_epochs"].low, space["r"].high) == (0.0, 2.0)
 
 
+def test_space_centers_on_the_untuned_values_and_overrides_still_win():
+  # The tuner centers on the run's auto base: on 20k rows embed_lr is 1e-2,
+  # a decade above the published range [1e-5, 1e-3].
+  published = features.CRITEO.base_hparams
+  centers = scaling.auto_base_hparams(
+      published, features.CRITEO.reference_examples, 20_000)
+  space = tuner.search_space("criteo", {"l2": [1e-4, 1e-2]}, centers=centers)
+  for name in ("dense_lr", "embed_lr"):
+    assert space[name].default == centers[name] != published[name]
+    assert (space[name].low, space[name].high) == pytest.approx(
+        (centers[name] / 10, centers[name] * 10))
+  assert space["embed_lr"].low >= published["embed_lr"] * 10
+  assert (space["l2"].low, space["l2"].high) == (1e-4, 1e-2)
+  assert space["l2"].default == centers["l2"]
+  assert space["r"].default == published["r"]
+  # A zero center spans no range: the published value's range instead.
+  zero = tuner.search_space("criteo", centers={"warmup_epochs": 0.0})
+  assert zero["warmup_epochs"] == tuner.search_space("criteo")["warmup_epochs"]
+  with pytest.raises(ValueError, match="search space centers"):
+    tuner.search_space("criteo", centers={"lr": 1.0})
+
+
 def test_declared_hyperparameters_keep_bounds_and_scale():
   space = tuner.search_space("criteo", {"dense_lr": [1e-4, 1e-2], "r": 1.5,
                                         "embedding_dim": [8, 16]},
