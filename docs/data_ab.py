@@ -3,7 +3,8 @@
 Run it with the code under test first on PYTHONPATH, e.g.:
   PYTHONPATH=/work/main .venv/bin/python docs/data_ab.py examplegen RAW OUT
   PYTHONPATH=. .venv/bin/python docs/data_ab.py examplegen RAW OUT
-  PYTHONPATH=. .venv/bin/python docs/data_ab.py transform EXAMPLEGEN_OUT OUT
+  PYTHONPATH=. .venv/bin/python docs/data_ab.py transform EXAMPLEGEN_OUT OUT \
+      [MIN_FREQUENCY [stats|analyze-only]]
   PYTHONPATH=. .venv/bin/python docs/data_ab.py statistics EXAMPLEGEN_OUT OUT \
       [STATS_OPTIONS_JSON]
 On a shared machine CPU seconds compare; wall seconds mostly measure the queue.
@@ -20,8 +21,11 @@ from tfx.types import artifact_utils
 from tfx.types import standard_artifacts
 from tfx.types import standard_component_specs as specs
 
-_BEAM_ARGS = ["--runner=FnApiRunner", "--direct_running_mode=in_memory",
-              "--direct_num_workers=1"]
+# DATA_AB_BEAM_ARGS (space-separated) replaces them, e.g. to try another
+# direct_running_mode.
+_BEAM_ARGS = os.environ.get("DATA_AB_BEAM_ARGS", "").split() or [
+    "--runner=FnApiRunner", "--direct_running_mode=in_memory",
+    "--direct_num_workers=1"]
 _SCHEMA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
                            "schema", "criteo")
 
@@ -47,7 +51,11 @@ def _examplegen(raw: str, out: str):
           lambda: examples.get_int_custom_property("rows_read"))
 
 
-def _transform(examples_uri: str, out: str):
+def _transform(examples_uri: str, out: str, min_frequency: str = "10",
+               mode: str = ""):
+  """Transform's executor. mode 'stats': also TFX's pre- and post-transform
+  statistics, as the component computes unless disable_statistics;
+  'analyze-only': no transformed examples, as Transform(materialize=False)."""
   from tfx.components.transform import executor  # pylint: disable=g-import-not-at-top
   examples = standard_artifacts.Examples()
   examples.uri = examples_uri
@@ -58,6 +66,20 @@ def _transform(examples_uri: str, out: str):
   graph.uri = os.path.join(out, "graph")
   transformed = standard_artifacts.Examples()
   transformed.uri = os.path.join(out, "examples")
+  outputs = {specs.TRANSFORM_GRAPH_KEY: [graph]}
+  if mode != "analyze-only":
+    outputs[specs.TRANSFORMED_EXAMPLES_KEY] = [transformed]
+  if mode == "stats":
+    for key, kind in (
+        (specs.PRE_TRANSFORM_STATS_KEY, standard_artifacts.ExampleStatistics),
+        (specs.PRE_TRANSFORM_SCHEMA_KEY, standard_artifacts.Schema),
+        (specs.POST_TRANSFORM_ANOMALIES_KEY,
+         standard_artifacts.ExampleAnomalies),
+        (specs.POST_TRANSFORM_STATS_KEY, standard_artifacts.ExampleStatistics),
+        (specs.POST_TRANSFORM_SCHEMA_KEY, standard_artifacts.Schema)):
+      artifact = kind()
+      artifact.uri = os.path.join(out, key)
+      outputs[key] = [artifact]
   run = executor.Executor(executor.Executor.Context(
       beam_pipeline_args=_BEAM_ARGS, tmp_dir=os.path.join(out, ".tmp"),
       unique_id="ab"))
@@ -65,12 +87,12 @@ def _transform(examples_uri: str, out: str):
     rows = json.load(f)["rows_read"]
   return (lambda: run.Do(
       {specs.EXAMPLES_KEY: [examples], specs.SCHEMA_KEY: [schema]},
-      {specs.TRANSFORM_GRAPH_KEY: [graph],
-       specs.TRANSFORMED_EXAMPLES_KEY: [transformed]},
+      outputs,
       {specs.PREPROCESSING_FN_KEY:
            "trainer_module.preprocessing.preprocessing_fn",
        specs.CUSTOM_CONFIG_KEY: json.dumps({"dataset": "criteo",
-                                            "min_frequency": 10})}),
+                                            "min_frequency":
+                                                int(min_frequency)})}),
           lambda: rows)
 
 

@@ -134,7 +134,7 @@ class SplitStats:
   """Per hash bucket of the validation slice's fingerprint
   (in_validation_slice: VALIDATION_BUCKETS of them), what one pass over a
   split counted; the train and validation parts of any slice size are sums
-  of buckets, so one pass answers every label_stats question.
+  of buckets, so one pass answers every question about a part.
 
   Arrays of VALIDATION_BUCKETS float64:
     records: records of the bucket.
@@ -158,7 +158,9 @@ class SplitStats:
 
   def label_stats(self, part: str = "all",
                   buckets: int = 0) -> Tuple[int, float]:
-    """label_stats' (examples kept, weighted click rate) of a part."""
+    """(examples kept, click rate) of part `part` (select_records). With
+    negative sampling (rate < 1), the click rate of the kept examples
+    weighted by importance_weights: the estimate of the unsampled rate."""
     where = self.part(part, buckets)
     return (int(self.kept[where].sum()),
             float(self.clicks[where].sum()) /
@@ -195,21 +197,6 @@ def split_stats(file_patterns: List[str], label: str,
       count, num_parallel_calls=tf.data.AUTOTUNE).reduce(
           tf.zeros([VALIDATION_BUCKETS, 5], tf.float64), tf.add).numpy()
   return SplitStats(rate, *totals.T)
-
-
-def label_stats(file_patterns: List[str], label: str, part: str = "all",
-                buckets: int = 0, negative_sampling_rate: float = 1.0
-               ) -> Tuple[int, float]:
-  """(examples, click rate) of gzipped transformed TFRecords, in one pass
-  (split_stats).
-
-  `part` and `buckets` select the train or validation part
-  (select_records). With a negative_sampling_rate below 1: (examples kept,
-  the click rate of the kept examples weighted by importance_weights), the
-  estimate of the unsampled click rate.
-  """
-  return split_stats(file_patterns, label,
-                     negative_sampling_rate).label_stats(part, buckets)
 
 
 def make_dataset(file_patterns: List[str],

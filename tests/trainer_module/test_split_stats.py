@@ -70,8 +70,6 @@ def test_one_pass_counts_every_part_as_the_record_by_record_rule(
     got = stats.label_stats(part, buckets)
     assert got[0] == want[0]
     assert got[1] == pytest.approx(want[1], rel=1e-12)
-    # label_stats, one pass per question, answers the same.
-    assert trainer.label_stats(files, "click", part, buckets, rate) == got
   # training_data's counts come from the one pass and match the rows its
   # two datasets yield (selected chunk by chunk in make_dataset).
   data = trainer.training_data(files, _FeatureSpec(), "click", 100,

@@ -68,9 +68,10 @@ def test_label_stats_counts_examples_and_clicks(tmp_path):
       writer.write(tf.train.Example(features=tf.train.Features(feature={
           "click": tf.train.Feature(float_list=tf.train.FloatList(
               value=[label]))})).SerializeToString())
-  assert trainer.label_stats([str(tmp_path / "*.gz")], "click") == (5, 0.4)
+  stats = trainer.split_stats([str(tmp_path / "*.gz")], "click")
+  assert stats.label_stats() == (5, 0.4)
   with pytest.raises(FileNotFoundError, match="no transformed examples"):
-    trainer.label_stats([str(tmp_path / "none-*")], "click")
+    trainer.split_stats([str(tmp_path / "none-*")], "click")
 
 
 def test_training_hparams_derive_auto_keys_from_the_data_size():
@@ -138,9 +139,9 @@ def test_validation_slice_partitions_the_train_split_deterministically(
   assert sorted(rows("train", shuffle=True, seed=2)) == sorted(train)
   assert sorted(rows("validation", shuffle=True, seed=3)) == sorted(
       validation)
-  assert trainer.label_stats(files, "click", "validation", buckets)[0] == len(
-      validation)
-  assert trainer.label_stats(files, "click", "train", buckets)[0] == len(train)
+  stats = trainer.split_stats(files, "click")
+  assert stats.label_stats("validation", buckets)[0] == len(validation)
+  assert stats.label_stats("train", buckets)[0] == len(train)
 
 
 def test_in_validation_slice_is_a_fingerprint_of_the_record():
