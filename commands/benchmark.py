@@ -380,7 +380,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
   parser.add_argument("--stage", default="step", choices=("step", "data"),
                       help="step: time the training step (default); data: "
                       "run the whole pipeline on --rows generated rows "
-                      "(pipeline/data_benchmark.py)")
+                      "(commands/data_benchmark.py)")
   data_benchmark.add_arguments(parser)
   parser.add_argument("--dataset", default="criteo",
                       choices=sorted(features.DATASETS))

@@ -143,6 +143,18 @@ def ingest_to_transform(timings: Sequence[ComponentTiming]
   return seconds, first.rows / seconds
 
 
+def pipeline_command(dataset: str, data: str, output: str, batch_size: int,
+                     epochs: int, extra_run_args: Sequence[str]) -> List[str]:
+  """The `pipeline run` command the benchmark times; an --epochs among the
+  extra flags replaces the benchmark's own."""
+  own_epochs = [] if any(arg == "--epochs" or arg.startswith("--epochs=")
+                         for arg in extra_run_args) else [
+                             "--epochs", str(epochs)]
+  return [sys.executable, "-m", "pipeline", "run", "--dataset", dataset,
+          "--data", data, "--output", output, "--batch-size", str(batch_size),
+          *own_epochs, *extra_run_args]
+
+
 def run_data_benchmark(rows: int, work_dir: str, dataset: str = "criteo",
                        batch_size: int = DEFAULT_BATCH_SIZE, epochs: int = 1,
                        extra_run_args: Sequence[str] = ()) -> Dict:
@@ -155,9 +167,8 @@ def run_data_benchmark(rows: int, work_dir: str, dataset: str = "criteo",
     generate_seconds = time.time() - started
   output = os.path.join(work_dir, f"run_{dataset}_{rows}")
   shutil.rmtree(output, ignore_errors=True)
-  command = [sys.executable, "-m", "pipeline", "run", "--dataset", dataset,
-             "--data", data, "--output", output, "--batch-size",
-             str(batch_size), "--epochs", str(epochs), *extra_run_args]
+  command = pipeline_command(dataset, data, output, batch_size, epochs,
+                             extra_run_args)
   started = time.time()
   child = subprocess.Popen(command)
   with TreeMemorySampler(child.pid) as samples:
@@ -211,7 +222,7 @@ def append_to_doc(path: str, section: str, command: str) -> None:
   with open(path, "a") as f:
     if new:
       f.write("# Data-path benchmark\n\nWritten by `python -m pipeline "
-              "benchmark --stage data` (pipeline/data_benchmark.py): wall "
+              "benchmark --stage data` (commands/data_benchmark.py): wall "
               "time per component from ML Metadata, rows/s, peak resident "
               "memory of the whole process tree (sampled every "
               f"{SAMPLE_SECONDS} s).\n\n")

@@ -53,9 +53,10 @@ def _examplegen(raw: str, out: str):
 
 def _transform(examples_uri: str, out: str, min_frequency: str = "10",
                mode: str = ""):
-  """Transform's executor. mode 'stats': also TFX's pre- and post-transform
-  statistics, as the component computes unless disable_statistics;
-  'analyze-only': no transformed examples, as Transform(materialize=False)."""
+  """Transform's executor, with disable_statistics as the pipeline sets it.
+  mode 'stats': TFX's pre- and post-transform statistics too (the component's
+  default); 'analyze-only': no transformed examples, as
+  Transform(materialize=False)."""
   from tfx.components.transform import executor  # pylint: disable=g-import-not-at-top
   examples = standard_artifacts.Examples()
   examples.uri = examples_uri
@@ -92,7 +93,8 @@ def _transform(examples_uri: str, out: str, min_frequency: str = "10",
            "trainer_module.preprocessing.preprocessing_fn",
        specs.CUSTOM_CONFIG_KEY: json.dumps({"dataset": "criteo",
                                             "min_frequency":
-                                                int(min_frequency)})}),
+                                                int(min_frequency)}),
+       specs.DISABLE_STATISTICS_KEY: int(mode != "stats")}),
           lambda: rows)
 
 

@@ -243,7 +243,11 @@ def create_pipeline(config: PipelineConfig,
       examples=example_gen.outputs["examples"],
       schema=schema_gen.outputs["schema"],
       preprocessing_fn=PREPROCESSING_FN,
-      custom_config=config.transform_config)
+      custom_config=config.transform_config,
+      # StatisticsGen already describes the raw data and nothing reads TFDV
+      # statistics of the transformed data; computing them made Beam buffer
+      # every transformed example in memory (docs/benchmark_data.md).
+      disable_statistics=True)
   # Transform must not run on data the validator rejected.
   transform.add_upstream_node(example_validator)
   # The Trainer's base hyperparameters: tuned here, imported from an earlier

@@ -56,3 +56,13 @@ def test_benchmark_runs_the_pipeline_and_writes_the_doc(tmp_path):
   assert rows["RawCtrExampleGen"][1].strip() == "3,000"
   assert float(rows["Transform"][3]) > 0  # Peak RSS was sampled.
   assert "overall eval AUC: 0." in text
+
+
+def test_an_epochs_run_arg_replaces_the_benchmarks_own():
+  own = data_benchmark.pipeline_command("criteo", "d.txt", "out", 1024, 1, [])
+  assert own[own.index("--epochs") + 1] == "1"
+  for extra in (["--epochs=10"], ["--epochs", "10"]):
+    command = data_benchmark.pipeline_command("criteo", "d.txt", "out", 1024,
+                                              1, extra)
+    assert [a for a in command if a.startswith("--epochs")] == [extra[0]]
+    assert command[-len(extra):] == extra
