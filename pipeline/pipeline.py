@@ -48,9 +48,9 @@ UNCACHED_NODES = (BASELINE_ID,)
 # StatisticsGen reads about this many rows of a bigger input (see
 # create_stats_options).
 STATISTICS_SAMPLE_ROWS = 1_000_000
-# From this many input rows on, the local Transform runs one Beam worker
-# process per core (transform_beam_args).
-MULTIPROCESS_TRANSFORM_ROWS = 500_000
+# From this many input rows on, the local StatisticsGen and Transform run
+# one Beam worker process per core (multiprocess_beam_args).
+MULTIPROCESS_MIN_ROWS = 500_000
 # Fixed-width buckets (width 1/N) of TFMA's calibration plot: fine enough
 # that the report's deciles of predicted CTR, merged from them, stay close
 # to equal size at click rates of a few percent (TFMA's default).
@@ -97,20 +97,25 @@ def create_stats_options(rows: Optional[int]) -> tfdv.StatsOptions:
                            use_sketch_based_topk_uniques=True)
 
 
-def transform_beam_args(beam_args: Tuple[str, ...], rows: Optional[int],
-                        cores: int) -> List[str]:
-  """Transform's own Beam arguments, added to the pipeline's `beam_args`.
+def multiprocess_beam_args(beam_args: Tuple[str, ...], rows: Optional[int],
+                           cores: int) -> List[str]:
+  """StatisticsGen's and Transform's own Beam arguments, added to the
+  pipeline's `beam_args`.
 
-  Transform's analysis is Beam's per-record Python, on one core in the
-  in-memory runner. With the default local runner (DIRECT_BEAM_ARGS) and at
-  least MULTIPROCESS_TRANSFORM_ROWS input `rows`, it runs in one worker
-  process per core: 1.5x faster at 1M rows on 2 cores, slower at 200k,
-  where each worker's start (TensorFlow again) costs more than it saves
-  (docs/benchmark_data.md). The vocabularies are the same. Other runners,
-  unknown sizes and one core: none.
+  Both read every input row through Beam's per-record Python, on one core
+  in the in-memory runner. With the default local runner (DIRECT_BEAM_ARGS)
+  and at least MULTIPROCESS_MIN_ROWS input `rows`, they run one worker
+  process per core. On 2 cores at 1M rows: Transform 1.5x and StatisticsGen
+  1.4x faster; at 200k rows Transform was slower, each worker's start
+  (TensorFlow again) costing more than it saved (docs/benchmark_data.md).
+  Transform's vocabularies are byte-identical, and so are StatisticsGen's
+  counts (what the schema gate checks); its means and sketches differ in
+  summation and merge order. The Evaluator keeps one worker: it was slower
+  with two at 20k eval rows. Other runners, unknown sizes and one core:
+  none.
   """
   if (tuple(beam_args) != DIRECT_BEAM_ARGS or cores < 2 or not rows or
-      rows < MULTIPROCESS_TRANSFORM_ROWS):
+      rows < MULTIPROCESS_MIN_ROWS):
     return []
   return ["--direct_running_mode=multi_processing",
           f"--direct_num_workers={cores}"]
@@ -258,6 +263,10 @@ def create_pipeline(config: PipelineConfig,
   statistics_gen = tfx.components.StatisticsGen(
       examples=example_gen.outputs["examples"],
       stats_options=create_stats_options(config.estimated_rows))
+  multiprocess = multiprocess_beam_args(
+      config.beam_args, config.estimated_rows, os.cpu_count() or 1)
+  if multiprocess:
+    statistics_gen.with_beam_pipeline_args(multiprocess)
   schema_gen = tfx.components.ImportSchemaGen(schema_file=config.schema_path)
   example_validator = StrictExampleValidator(
       statistics=statistics_gen.outputs["statistics"],
@@ -278,10 +287,8 @@ def create_pipeline(config: PipelineConfig,
       materialize=False)
   # Transform must not run on data the validator rejected.
   transform.add_upstream_node(example_validator)
-  transform_args = transform_beam_args(config.beam_args, config.estimated_rows,
-                                       os.cpu_count() or 1)
-  if transform_args:
-    transform.with_beam_pipeline_args(transform_args)
+  if multiprocess:
+    transform.with_beam_pipeline_args(multiprocess)
   # The Trainer's base hyperparameters: tuned here, imported from an earlier
   # tuning, or (neither) the config's. run_fn applies the scaling rule.
   hparams_source, hyperparameters = None, None

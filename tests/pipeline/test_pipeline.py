@@ -37,31 +37,35 @@ def test_trainer_reads_raw_examples_through_the_transform_graph(tmp_path):
           transform.outputs["transform_graph"])
 
 
-def test_transform_runs_a_worker_per_core_only_on_big_local_inputs():
-  big = pipeline_lib.MULTIPROCESS_TRANSFORM_ROWS
+def test_a_worker_per_core_only_on_big_local_inputs():
+  big = pipeline_lib.MULTIPROCESS_MIN_ROWS
   local = config_lib.DIRECT_BEAM_ARGS
-  assert pipeline_lib.transform_beam_args(local, big, 2) == [
+  assert pipeline_lib.multiprocess_beam_args(local, big, 2) == [
       "--direct_running_mode=multi_processing", "--direct_num_workers=2"]
   # Small or unknown inputs, one core, another runner: the pipeline's args.
   for args, rows, cores in ((local, big - 1, 2), (local, None, 2),
                             (local, big, 1),
                             (("--runner=DataflowRunner",), big, 2)):
-    assert pipeline_lib.transform_beam_args(args, rows, cores) == []
+    assert pipeline_lib.multiprocess_beam_args(args, rows, cores) == []
 
 
-def test_big_local_inputs_give_transform_its_workers(tmp_path):
+def test_big_local_inputs_give_statistics_and_transform_their_workers(
+    tmp_path):
   data = tmp_path / "train.txt"
   # Only the row estimate (bytes over line length) reads the file here.
-  data.write_bytes(b"0\n" * (pipeline_lib.MULTIPROCESS_TRANSFORM_ROWS + 1000))
+  data.write_bytes(b"0\n" * (pipeline_lib.MULTIPROCESS_MIN_ROWS + 1000))
   config = config_lib.PipelineConfig(dataset="criteo", data=str(data),
                                      output=str(tmp_path / "out"))
+  assert config.estimated_rows >= pipeline_lib.MULTIPROCESS_MIN_ROWS
   components = {c.id: c for c in
                 pipeline_lib.create_pipeline(config).components}
-  assert config.estimated_rows >= pipeline_lib.MULTIPROCESS_TRANSFORM_ROWS
   # TFX puts the pipeline's args first: the component's own come last and
   # win. The other Beam components keep the pipeline's.
-  assert components["Transform"].executor_spec.beam_pipeline_args == list(
-      config.beam_args) + pipeline_lib.transform_beam_args(
-          config.beam_args, config.estimated_rows, os.cpu_count())
-  assert components["StatisticsGen"].executor_spec.beam_pipeline_args == (
-      list(config.beam_args))
+  workers = pipeline_lib.multiprocess_beam_args(
+      config.beam_args, config.estimated_rows, os.cpu_count())
+  for name in ("StatisticsGen", "Transform"):
+    assert components[name].executor_spec.beam_pipeline_args == list(
+        config.beam_args) + workers
+  for name in ("RawCtrExampleGen", "Evaluator"):
+    assert components[name].executor_spec.beam_pipeline_args == list(
+        config.beam_args)
