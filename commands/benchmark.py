@@ -79,7 +79,7 @@ class TransformedData:
 
   Attributes:
     tf_transform_output: the Transform graph (its vocabularies).
-    train_files: the transformed train split's record files.
+    train_files: the train split's record files (ExampleGen's).
   """
   tf_transform_output: tft.TFTransformOutput
   train_files: Tuple[str, ...]
@@ -109,7 +109,7 @@ def transform(spec: features.DatasetSpec, path: str, min_frequency: int,
   inputs = study_data.transform_once(config)
   return TransformedData(
       tft.TFTransformOutput(inputs.transform_graph),
-      tuple(study_data.split_files(inputs.transformed_examples, "train")))
+      tuple(study_data.split_files(inputs.raw_examples, "train")))
 
 
 def benchmark_cases(batch_sizes: Sequence[int],

@@ -3,7 +3,7 @@
 `python -m pipeline study` runs ingestion and Transform ONCE through the real
 pipeline (create_pipeline(..., until_transform=True), cached by TFX like any
 run), then trains every (model, scaling rule, batch size, seed) on that one
-transformed dataset and evaluates it on the one eval split:
+dataset and Transform graph and evaluates it on the one eval split:
 
 * training is the Trainer's: trainer.train_replicas (trainer.train, once
   per replica) with the run's PipelineConfig.trainer_settings (base
@@ -291,7 +291,7 @@ def run_study(config: PipelineConfig, runs: Sequence[StudyRun],
   print(f"study: {len(runs) - len(todo)} of {len(runs)} runs already in "
         f"{csv_path}", flush=True)
   inputs = study_data.transform_once(config)
-  train_files = study_data.split_files(inputs.transformed_examples, "train")
+  train_files = study_data.split_files(inputs.raw_examples, "train")
   tf_transform_output = tft.TFTransformOutput(inputs.transform_graph)
   setup = StudySetup(
       config=config, inputs=inputs, tf_transform_output=tf_transform_output,

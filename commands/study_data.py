@@ -1,8 +1,8 @@
-"""The study's one transformed dataset: ingestion and Transform, run once.
+"""The study's one dataset: ingestion and Transform, run once.
 
 transform_once runs the real pipeline up to Transform (cached by TFX like
 any run) and finds its artifacts in ML Metadata (pipeline.metadata); every
-study run then trains on those files.
+study run then trains on ExampleGen's files through that Transform graph.
 """
 
 import dataclasses
@@ -21,7 +21,6 @@ from pipeline.pipeline import create_pipeline
 class TransformedInputs:
   """URIs of what ExampleGen and Transform produced for the study."""
   raw_examples: str
-  transformed_examples: str
   transform_graph: str
 
 
@@ -44,7 +43,6 @@ def transform_artifacts(config: PipelineConfig) -> TransformedInputs:
   uris = metadata.node_artifacts(config.metadata_path, config.pipeline_name,
                                  "Transform", inputs=True)
   return TransformedInputs(raw_examples=uris["examples"],
-                           transformed_examples=uris["transformed_examples"],
                            transform_graph=uris["transform_graph"])
 
 

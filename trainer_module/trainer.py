@@ -81,8 +81,10 @@ def in_validation_slice(serialized: tf.Tensor, buckets: int) -> tf.Tensor:
 
 
 def _parse_labels(serialized, label):
-  return tf.io.parse_example(
-      serialized, {label: tf.io.FixedLenFeature([], tf.float32)})[label]
+  """float32 labels of raw examples (ExampleGen's: an int every row has)."""
+  return tf.cast(tf.io.parse_example(
+      serialized, {label: tf.io.FixedLenFeature([], tf.int64)})[label],
+                 tf.float32)
 
 
 def kept_by_sampling(serialized: tf.Tensor, labels: tf.Tensor,
@@ -169,13 +171,14 @@ class SplitStats:
 
 def split_stats(file_patterns: List[str], label: str,
                 negative_sampling_rate: float = 1.0) -> SplitStats:
-  """SplitStats of gzipped transformed TFRecords, in one pass.
+  """SplitStats of ExampleGen's gzipped TFRecords of raw examples, in one
+  pass.
 
   Only the label is parsed, in large batches: cheap next to training.
   """
   files = [f for p in file_patterns for f in tf.io.gfile.glob(p)]
   if not files:
-    raise FileNotFoundError(f"no transformed examples match {file_patterns}")
+    raise FileNotFoundError(f"no examples match {file_patterns}")
   rate = negative_sampling_rate
 
   def count(serialized):
@@ -209,10 +212,15 @@ def make_dataset(file_patterns: List[str],
                  buckets: int = 0,
                  negative_sampling_rate: float = 1.0,
                  cache: bool = False) -> tf.data.Dataset:
-  """(features, label) batches from transformed examples.
+  """(features, label) batches of transformed features from ExampleGen's
+  raw examples.
 
-  Records are batched BEFORE parsing (one parse_example per batch instead
-  of one per record) and read in parallel, so input is not the bottleneck.
+  Transform does not write transformed examples (materialize=False: Beam's
+  per-record Python made that its slowest part, docs/benchmark_data.md);
+  each batch is parsed with the raw schema and goes through the Transform
+  graph here, as serving requests do. Records are batched BEFORE parsing
+  (one parse_example and one graph call per batch instead of one per
+  record) and read in parallel, so input is not the bottleneck.
   `part` and `buckets` keep the train or validation part of the records,
   and a negative_sampling_rate below 1 keeps the records sampling keeps
   (select_records: on the serialized bytes, in chunks of _SAMPLING_CHUNK,
@@ -220,10 +228,11 @@ def make_dataset(file_patterns: List[str],
   (features, label, importance weight). `cache` keeps the selected
   serialized records in memory after the first full pass, so later passes
   (epochs, validations, the bias refit) neither read, decompress nor hash
-  the split again; they still shuffle and parse.
+  the split again; they still shuffle, parse and transform.
   """
   files = [f for p in file_patterns for f in tf.io.gfile.glob(p)]
-  feature_spec = tf_transform_output.transformed_feature_spec()
+  raw_spec = tf_transform_output.raw_feature_spec()
+  transform = tf_transform_output.transform_features_layer()
   dataset = tf.data.Dataset.from_tensor_slices(files)
   if shuffle:
     dataset = dataset.shuffle(len(files), seed=seed)
@@ -243,7 +252,7 @@ def make_dataset(file_patterns: List[str],
   dataset = dataset.batch(batch_size)
 
   def parse(serialized):
-    parsed = tf.io.parse_example(serialized, feature_spec)
+    parsed = dict(transform(tf.io.parse_example(serialized, raw_spec)))
     labels = parsed.pop(label)
     if rate < 1:
       return parsed, labels, importance_weights(labels, rate)
@@ -518,8 +527,9 @@ class TrainingData:
     validation_buckets: the slice's hash buckets (validation_buckets).
     negative_sampling: {} without negative sampling; else the record of
       sampling_record (rate, weights, the instability warning).
-    cached: whether both parts keep their records in memory after their
-      first pass (make_dataset's cache; cache_fits).
+    cached: whether the training part keeps its records in memory after
+      its first pass (make_dataset's cache; cache_fits). The validation
+      slice keeps them whenever it fits on its own.
   """
   train: tf.data.Dataset
   validation: tf.data.Dataset
@@ -599,7 +609,10 @@ def training_data(train_files: List[str],
 
   One pass over the split counts both parts (split_stats); when the kept
   records fit (cache_fits), both parts are cached in memory, so epochs
-  after the first read, decompress and hash only what sampling kept.
+  after the first read, decompress and hash only what sampling kept. When
+  they do not, the validation slice (at most MAX_VALIDATION_EXAMPLES) is
+  still cached on its own: else every validation and the bias refit would
+  read the whole split again to find it.
   """
   rate = negative_sampling_rate
   stats = split_stats(train_files, label, rate)
@@ -616,15 +629,20 @@ def training_data(train_files: List[str],
     sampling = sampling_record(rate, click_rate, batch_size)
     if sampling["warning"]:
       logging.warning("%s", sampling["warning"])
+  available = psutil.virtual_memory().available
   cache = cache_fits(int(stats.kept.sum()), int(stats.kept_bytes.sum()),
-                     psutil.virtual_memory().available)
+                     available)
+  validation = stats.part("validation", buckets)
+  cache_validation = cache or cache_fits(
+      int(stats.kept[validation].sum()),
+      int(stats.kept_bytes[validation].sum()), available)
   return TrainingData(
       train=training_part(train_files, tf_transform_output, label,
                           batch_size, buckets, rate, seed, cache),
       validation=make_dataset(train_files, tf_transform_output, label,
                               batch_size, shuffle=False, part="validation",
                               buckets=buckets, negative_sampling_rate=rate,
-                              cache=cache),
+                              cache=cache_validation),
       train_examples=train_examples, validation_examples=validation_examples,
       click_rate=click_rate, validation_buckets=buckets,
       negative_sampling=sampling, cached=cache)

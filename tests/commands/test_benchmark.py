@@ -34,9 +34,9 @@ def work_dir(criteo_file):
 
 @pytest.mark.slow
 def test_adapter_reads_the_real_transform_output(criteo_file, work_dir):
-  """The benchmark trains on what Transform wrote for its rows (the
-  transformed-feature contract of trainer_module.features), not on a
-  re-implementation of it."""
+  """The benchmark trains on ExampleGen's rows through the real Transform
+  graph (the transformed-feature contract of trainer_module.features), not
+  on a re-implementation of it."""
   data = benchmark.transform(features.CRITEO, str(criteo_file), MIN_FREQUENCY,
                              str(work_dir / "pipeline"))
   sizes = preprocessing.vocabulary_sizes(data.tf_transform_output,

@@ -107,9 +107,14 @@ def test_tuner_feeds_the_trainer():
       "trainer_module.tuner.tuner_fn")
   assert json.loads(tuner_node.exec_properties["custom_config"])[
       "tuning"]["trials"] == 2
+  # Transform only analyses (materialize=False): the Tuner, like the
+  # Trainer, reads ExampleGen's raw examples through the Transform graph.
   assert (tuner_node.inputs["examples"] is
+          pipeline.components[ids.index("RawCtrExampleGen")].outputs[
+              "examples"])
+  assert (tuner_node.inputs["transform_graph"] is
           pipeline.components[ids.index("Transform")].outputs[
-              "transformed_examples"])
+              "transform_graph"])
 
 
 def test_tuner_gets_the_trainers_accelerators():

@@ -1,5 +1,7 @@
 """What create_pipeline builds, checked on the pipeline object (no run)."""
 
+import os
+
 from pipeline import config as config_lib
 from pipeline import pipeline as pipeline_lib
 
@@ -15,3 +17,55 @@ def test_transform_computes_no_statistics_of_its_own(tmp_path):
   (transform,) = [c for c in pipeline.components if c.id == "Transform"]
   assert transform.exec_properties["disable_statistics"] == 1
   assert not any("transform_stats" in key for key in transform.outputs)
+
+
+def test_trainer_reads_raw_examples_through_the_transform_graph(tmp_path):
+  # Transform only analyses (materialize=False): writing every transformed
+  # example through Beam was about half of its time
+  # (docs/benchmark_data.md). The Trainer and the Evaluator read the same
+  # raw examples, and the Transform graph maps them, as serving does.
+  config = config_lib.PipelineConfig(dataset="criteo", data=str(tmp_path),
+                                     output=str(tmp_path / "out"))
+  components = {c.id: c for c in
+                pipeline_lib.create_pipeline(config).components}
+  transform = components["Transform"]
+  assert "transformed_examples" not in transform.outputs
+  raw = components["RawCtrExampleGen"].outputs["examples"]
+  assert components["Trainer"].inputs["examples"] is raw
+  assert components["Evaluator"].inputs["examples"] is raw
+  assert (components["Trainer"].inputs["transform_graph"] is
+          transform.outputs["transform_graph"])
+
+
+def test_a_worker_per_core_only_on_big_local_inputs():
+  big = pipeline_lib.MULTIPROCESS_MIN_ROWS
+  local = config_lib.DIRECT_BEAM_ARGS
+  assert pipeline_lib.multiprocess_beam_args(local, big, 2) == [
+      "--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+  # Small or unknown inputs, one core, another runner: the pipeline's args.
+  for args, rows, cores in ((local, big - 1, 2), (local, None, 2),
+                            (local, big, 1),
+                            (("--runner=DataflowRunner",), big, 2)):
+    assert pipeline_lib.multiprocess_beam_args(args, rows, cores) == []
+
+
+def test_big_local_inputs_give_statistics_and_transform_their_workers(
+    tmp_path):
+  data = tmp_path / "train.txt"
+  # Only the row estimate (bytes over line length) reads the file here.
+  data.write_bytes(b"0\n" * (pipeline_lib.MULTIPROCESS_MIN_ROWS + 1000))
+  config = config_lib.PipelineConfig(dataset="criteo", data=str(data),
+                                     output=str(tmp_path / "out"))
+  assert config.estimated_rows >= pipeline_lib.MULTIPROCESS_MIN_ROWS
+  components = {c.id: c for c in
+                pipeline_lib.create_pipeline(config).components}
+  # TFX puts the pipeline's args first: the component's own come last and
+  # win. The other Beam components keep the pipeline's.
+  workers = pipeline_lib.multiprocess_beam_args(
+      config.beam_args, config.estimated_rows, os.cpu_count())
+  for name in ("StatisticsGen", "Transform"):
+    assert components[name].executor_spec.beam_pipeline_args == list(
+        config.beam_args) + workers
+  for name in ("RawCtrExampleGen", "Evaluator"):
+    assert components[name].executor_spec.beam_pipeline_args == list(
+        config.beam_args)

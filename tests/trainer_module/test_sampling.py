@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import raw_records
 from trainer_module import features
 from trainer_module import models
 from trainer_module import trainer
@@ -17,6 +18,8 @@ from trainer_module.settings import TrainerSettings
 
 # Field "a" of the calibration test's logistic regression.
 VOCAB = {"a": 7}
+# What the input pipeline reads of a Transform output.
+_TRANSFORM = raw_records.TransformOutput(("row", "a"))
 
 
 def _np(value):
@@ -27,21 +30,8 @@ def _examples(labels, seed=0):
   """Serialized transformed examples: a row id, a field 'a', the label."""
   rng = np.random.default_rng(seed)
   ids = rng.integers(0, VOCAB["a"], len(labels))
-  return [tf.train.Example(features=tf.train.Features(feature={
-      "row": tf.train.Feature(int64_list=tf.train.Int64List(value=[i])),
-      "a": tf.train.Feature(int64_list=tf.train.Int64List(value=[a])),
-      "click": tf.train.Feature(float_list=tf.train.FloatList(
-          value=[label]))})).SerializeToString()
+  return [raw_records.raw_example(label, row=i, a=a)
           for i, (a, label) in enumerate(zip(ids, labels))]
-
-
-class _FeatureSpec:
-  """The one method of TFTransformOutput that make_dataset reads."""
-
-  def transformed_feature_spec(self):
-    return {"row": tf.io.FixedLenFeature([], tf.int64),
-            "a": tf.io.FixedLenFeature([], tf.int64),
-            "click": tf.io.FixedLenFeature([], tf.float32)}
 
 
 def test_hash_keeps_every_click_and_a_fixed_share_of_non_clicks():
@@ -86,10 +76,10 @@ def test_training_data_samples_both_parts_with_weights(tmp_path):
   labels = (np.random.default_rng(1).random(4000) < 0.2).astype(np.float32)
   _write(str(tmp_path / "train.gz"), _examples(labels))
   files = [str(tmp_path / "train.gz")]
-  full = trainer.training_data(files, _FeatureSpec(), "click", 100)
-  sampled = trainer.training_data(files, _FeatureSpec(), "click", 100,
+  full = trainer.training_data(files, _TRANSFORM, "click", 100)
+  sampled = trainer.training_data(files, _TRANSFORM, "click", 100,
                                   seed=4, negative_sampling_rate=0.5)
-  again = trainer.training_data(files, _FeatureSpec(), "click", 100,
+  again = trainer.training_data(files, _TRANSFORM, "click", 100,
                                 seed=9, negative_sampling_rate=0.5)
 
   def rows(dataset):
@@ -120,7 +110,7 @@ def test_every_replica_trains_on_the_same_sampled_weighted_rows(
   labels = (np.random.default_rng(2).random(2000) < 0.2).astype(np.float32)
   _write(str(tmp_path / "train.gz"), _examples(labels))
   files = [str(tmp_path / "train.gz")]
-  data = trainer.training_data(files, _FeatureSpec(), "click", 100,
+  data = trainer.training_data(files, _TRANSFORM, "click", 100,
                                negative_sampling_rate=0.5)
   seen = []
 
@@ -135,7 +125,7 @@ def test_every_replica_trains_on_the_same_sampled_weighted_rows(
                              negative_sampling_rate=0.5)
   monkeypatch.setattr(TrainerSettings, "spec", property(
       lambda self: dataclasses.replace(features.CRITEO, label="click")))
-  trainer.train_replicas(settings, data, files, _FeatureSpec(), {},
+  trainer.train_replicas(settings, data, files, _TRANSFORM, {},
                          str(tmp_path / "logs"))
   want = {int(r): float(w) for f, _, w in data.train
           for r, w in zip(f["row"], w)}
@@ -175,15 +165,11 @@ def test_weighted_training_on_sampled_data_stays_calibrated(tmp_path):
   labels = (rng.random(examples) < true_rate).astype(np.float32)
   # The row id makes every record distinct (identical records share the
   # hash's decision).
-  records = [tf.train.Example(features=tf.train.Features(feature={
-      "row": tf.train.Feature(int64_list=tf.train.Int64List(value=[i])),
-      "a": tf.train.Feature(int64_list=tf.train.Int64List(value=[a])),
-      "click": tf.train.Feature(float_list=tf.train.FloatList(
-          value=[label]))})).SerializeToString()
+  records = [raw_records.raw_example(label, row=i, a=a)
              for i, (a, label) in enumerate(zip(ids, labels))]
   _write(str(tmp_path / "train.gz"), records)
   rate = 0.25
-  data = trainer.training_data([str(tmp_path / "train.gz")], _FeatureSpec(),
+  data = trainer.training_data([str(tmp_path / "train.gz")], _TRANSFORM,
                                "click", 512, negative_sampling_rate=rate)
 
   # The sampled training part, read once (the hash decided which rows).

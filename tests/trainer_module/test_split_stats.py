@@ -1,27 +1,22 @@
 """The input pipeline's one counting pass (split_stats) and its record
 cache: the same rows, labels and weights as selecting record by record."""
 
+import types
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
+import raw_records
 from trainer_module import trainer
+
+# What the input pipeline reads of a Transform output.
+_TRANSFORM = raw_records.TransformOutput()
 
 
 def _examples(labels):
-  return [tf.train.Example(features=tf.train.Features(feature={
-      "row": tf.train.Feature(int64_list=tf.train.Int64List(value=[i])),
-      "click": tf.train.Feature(float_list=tf.train.FloatList(
-          value=[label]))})).SerializeToString()
+  return [raw_records.raw_example(label, row=i)
           for i, label in enumerate(labels)]
-
-
-class _FeatureSpec:
-  """The one method make_dataset reads of a TFTransformOutput."""
-
-  def transformed_feature_spec(self):
-    return {"row": tf.io.FixedLenFeature([], tf.int64),
-            "click": tf.io.FixedLenFeature([], tf.float32)}
 
 
 def _write(tmp_path, labels):
@@ -72,7 +67,7 @@ def test_one_pass_counts_every_part_as_the_record_by_record_rule(
     assert got[1] == pytest.approx(want[1], rel=1e-12)
   # training_data's counts come from the one pass and match the rows its
   # two datasets yield (selected chunk by chunk in make_dataset).
-  data = trainer.training_data(files, _FeatureSpec(), "click", 100,
+  data = trainer.training_data(files, _TRANSFORM, "click", 100,
                                negative_sampling_rate=rate)
   assert data.validation_buckets == buckets
   for dataset, rows, count in ((data.train, ~validation, data.train_examples),
@@ -96,10 +91,10 @@ def test_cached_dataset_yields_the_same_rows_and_weights_every_pass(
                   for r, l, w in zip(f["row"], l, ws))
 
   def dataset(cache, shuffle):
-    return trainer.make_dataset(files, _FeatureSpec(), "click", 64,
-                                shuffle=shuffle, seed=5, part="train",
-                                buckets=100, negative_sampling_rate=0.5,
-                                cache=cache)
+    return trainer.make_dataset(files, _TRANSFORM,
+                                "click", 64, shuffle=shuffle, seed=5,
+                                part="train", buckets=100,
+                                negative_sampling_rate=0.5, cache=cache)
 
   def order(dataset):
     return [int(r) for f, _, _ in dataset for r in f["row"]]
@@ -122,3 +117,26 @@ def test_cache_fits_the_memory_budget():
   available = need / trainer.CACHE_MEMORY_SHARE
   assert trainer.cache_fits(rows, size, int(available))
   assert not trainer.cache_fits(rows, size, int(available) - 10)
+
+
+def test_validation_slice_is_cached_alone_when_the_split_does_not_fit(
+    tmp_path, monkeypatch):
+  labels = (np.random.default_rng(5).random(3000) < 0.2).astype(np.float32)
+  records, files = _write(tmp_path, labels)
+  # Memory for twice the validation slice's cache, a fraction of the
+  # split's (the slice is ~10% of it).
+  slice_bytes = sum(len(r) + trainer.CACHE_ROW_OVERHEAD
+                    for r in records) * trainer.VALIDATION_FRACTION
+  memory = types.SimpleNamespace(
+      available=int(2 * slice_bytes / trainer.CACHE_MEMORY_SHARE))
+  monkeypatch.setattr(trainer.psutil, "virtual_memory", lambda: memory)
+  data = trainer.training_data(files, _TRANSFORM, "click",
+                               100)
+  assert not data.cached
+  first = sorted(int(r) for f, _ in data.validation for r in f["row"])
+  for path in tmp_path.glob("train-*.gz"):
+    path.unlink()
+  # Later validations (and the bias refit) read the slice from memory.
+  assert sorted(int(r) for f, _ in data.validation
+                for r in f["row"]) == first
+  assert len(first) == data.validation_examples

@@ -5,9 +5,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import raw_records
 from trainer_module import scaling
 from trainer_module import trainer
 from trainer_module.settings import TrainerSettings
+
+# What the input pipeline reads of a Transform output.
+_TRANSFORM = raw_records.TransformOutput()
 
 
 def test_frequency_buckets_boundaries_belong_to_the_higher_bucket():
@@ -65,12 +69,10 @@ def test_label_stats_counts_examples_and_clicks(tmp_path):
   path = str(tmp_path / "part-0.gz")
   with tf.io.TFRecordWriter(path, options="GZIP") as writer:
     for label in [1.0, 0.0, 0.0, 1.0, 0.0]:
-      writer.write(tf.train.Example(features=tf.train.Features(feature={
-          "click": tf.train.Feature(float_list=tf.train.FloatList(
-              value=[label]))})).SerializeToString())
+      writer.write(raw_records.raw_example(label))
   stats = trainer.split_stats([str(tmp_path / "*.gz")], "click")
   assert stats.label_stats() == (5, 0.4)
-  with pytest.raises(FileNotFoundError, match="no transformed examples"):
+  with pytest.raises(FileNotFoundError, match="no examples match"):
     trainer.split_stats([str(tmp_path / "none-*")], "click")
 
 
@@ -96,18 +98,7 @@ def test_training_hparams_derive_auto_keys_from_the_data_size():
 def _write_records(path, labels):
   with tf.io.TFRecordWriter(path, options="GZIP") as writer:
     for i, label in enumerate(labels):
-      writer.write(tf.train.Example(features=tf.train.Features(feature={
-          "row": tf.train.Feature(int64_list=tf.train.Int64List(value=[i])),
-          "click": tf.train.Feature(float_list=tf.train.FloatList(
-              value=[label]))})).SerializeToString())
-
-
-class _FeatureSpec:
-  """The one method make_dataset reads of a TFTransformOutput."""
-
-  def transformed_feature_spec(self):
-    return {"row": tf.io.FixedLenFeature([], tf.int64),
-            "click": tf.io.FixedLenFeature([], tf.float32)}
+      writer.write(raw_records.raw_example(label, row=i))
 
 
 def _rows(dataset):
@@ -125,7 +116,7 @@ def test_validation_slice_partitions_the_train_split_deterministically(
   assert buckets == 100  # 10% of the hash buckets.
 
   def rows(part, shuffle, seed=0):
-    return _rows(trainer.make_dataset(files, _FeatureSpec(), "click", 64,
+    return _rows(trainer.make_dataset(files, _TRANSFORM, "click", 64,
                                       shuffle=shuffle, seed=seed, part=part,
                                       buckets=buckets))
 
@@ -165,7 +156,7 @@ def test_training_data_reads_only_the_train_split(tmp_path, monkeypatch):
     return real(files, *args, **kwargs)
 
   monkeypatch.setattr(tf.data, "TFRecordDataset", recording)
-  data = trainer.training_data([str(tmp_path / "train.gz")], _FeatureSpec(),
+  data = trainer.training_data([str(tmp_path / "train.gz")], _TRANSFORM,
                                "click", 100)
   train, validation = _rows(data.train), _rows(data.validation)
   assert not set(train) & set(validation)
