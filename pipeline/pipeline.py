@@ -48,8 +48,8 @@ UNCACHED_NODES = (BASELINE_ID,)
 # StatisticsGen reads about this many rows of a bigger input (see
 # create_stats_options).
 STATISTICS_SAMPLE_ROWS = 1_000_000
-# From this many input rows on, the local StatisticsGen and Transform run
-# one Beam worker process per core (multiprocess_beam_args).
+# From this many input rows on, the local StatisticsGen runs one Beam worker
+# process per core (multiprocess_beam_args).
 MULTIPROCESS_MIN_ROWS = 500_000
 # Fixed-width buckets (width 1/N) of TFMA's calibration plot: fine enough
 # that the report's deciles of predicted CTR, merged from them, stay close
@@ -99,20 +99,20 @@ def create_stats_options(rows: Optional[int]) -> tfdv.StatsOptions:
 
 def multiprocess_beam_args(beam_args: Tuple[str, ...], rows: Optional[int],
                            cores: int) -> List[str]:
-  """StatisticsGen's and Transform's own Beam arguments, added to the
-  pipeline's `beam_args`.
+  """StatisticsGen's own Beam arguments, added to the pipeline's
+  `beam_args`.
 
-  Both read every input row through Beam's per-record Python, on one core
-  in the in-memory runner. With the default local runner (DIRECT_BEAM_ARGS)
-  and at least MULTIPROCESS_MIN_ROWS input `rows`, they run one worker
-  process per core. On 2 cores at 1M rows: Transform 1.5x and StatisticsGen
-  1.4x faster; at 200k rows Transform was slower, each worker's start
-  (TensorFlow again) costing more than it saved (docs/benchmark_data.md).
-  Transform's vocabularies are byte-identical, and so are StatisticsGen's
-  counts (what the schema gate checks); its means and sketches differ in
-  summation and merge order. The Evaluator keeps one worker: it was slower
-  with two at 20k eval rows. Other runners, unknown sizes and one core:
-  none.
+  StatisticsGen reads every input row through Beam's per-record Python, on
+  one core in the in-memory runner. With the default local runner
+  (DIRECT_BEAM_ARGS) and at least MULTIPROCESS_MIN_ROWS input `rows`, it
+  runs one worker process per core: 1.4x faster at 1M rows and 1.7x at 10M
+  on 2 cores (docs/benchmark_data.md). Its counts (what the schema gate
+  checks) are the same; its means and sketches differ in summation and
+  merge order. Transform keeps one worker: two were 1.5x faster at 1M rows
+  but took its peak from 3.7 to 6.0 GiB at 10M, past the 4 GiB bound (each
+  worker and the runner hold the vocabulary counts). The Evaluator keeps
+  one: it was slower with two at 20k eval rows. Other runners, unknown
+  sizes and one core: none.
   """
   if (tuple(beam_args) != DIRECT_BEAM_ARGS or cores < 2 or not rows or
       rows < MULTIPROCESS_MIN_ROWS):
@@ -287,8 +287,6 @@ def create_pipeline(config: PipelineConfig,
       materialize=False)
   # Transform must not run on data the validator rejected.
   transform.add_upstream_node(example_validator)
-  if multiprocess:
-    transform.with_beam_pipeline_args(multiprocess)
   # The Trainer's base hyperparameters: tuned here, imported from an earlier
   # tuning, or (neither) the config's. run_fn applies the scaling rule.
   hparams_source, hyperparameters = None, None
