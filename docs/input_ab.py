@@ -6,18 +6,13 @@ through trainer.make_dataset at batch 1024, shuffled and cached, 4 epochs:
 FILE_PATTERN: what that tree's make_dataset reads (transformed examples
 before materialize=False, ExampleGen's since); GRAPH: a Transform graph.
 """
-import resource
 import sys
 import time
 
 import tensorflow_transform as tft
 
+from data_ab import cpu_seconds  # docs/, this script's directory.
 from trainer_module import trainer
-
-
-def cpu_seconds() -> float:
-  own = resource.getrusage(resource.RUSAGE_SELF)
-  return own.ru_utime + own.ru_stime
 
 
 def main() -> None:
