@@ -49,13 +49,12 @@ MAX_VALIDATION_EXAMPLES = 200_000
 # the non-clicks of the buckets next to the slice's).
 SAMPLING_BUCKETS = 1_000_000
 SAMPLING_KEY = (0x5EED, 0xC11C)
-# Records per element read from a file, selected per vectorised step
-# (select_records) and per element of make_dataset's cache. Interleaving
-# files record by record cost ~20 us of CPU per record, 13x the read itself
+# Records per element read from a file, counted per vectorised step
+# (split_stats), selected per step (select_records) and cached per element
+# (make_dataset). Interleaving files record by record cost ~20 us of CPU per
+# record, 13x the read itself; chunks 8x larger took 0.45 GiB more memory
 # (docs/benchmark_data.md).
 _RECORD_CHUNK = 8192
-# Records per element of split_stats' pass: only the label is parsed.
-_STATS_CHUNK = 65536
 # make_dataset's cache holds the training part and the validation slice in
 # memory when their serialized records plus CACHE_ROW_OVERHEAD bytes each (a
 # tf.string's header and allocation, measured in
@@ -192,7 +191,8 @@ def split_stats(file_patterns: List[str], label: str,
   """SplitStats of ExampleGen's gzipped TFRecords of raw examples, in one
   pass.
 
-  Only the label is parsed, in large batches: cheap next to training.
+  Only the label is parsed, a chunk of records at a time: cheap next to
+  training.
   """
   files = [f for p in file_patterns for f in tf.io.gfile.glob(p)]
   if not files:
@@ -212,7 +212,7 @@ def split_stats(file_patterns: List[str], label: str,
                                                 VALIDATION_BUCKETS),
         VALIDATION_BUCKETS)
 
-  totals = _record_chunks(files, _STATS_CHUNK).map(
+  totals = _record_chunks(files, _RECORD_CHUNK).map(
       count, num_parallel_calls=tf.data.AUTOTUNE).reduce(
           tf.zeros([VALIDATION_BUCKETS, 5], tf.float64), tf.add).numpy()
   return SplitStats(rate, *totals.T)
