@@ -2,7 +2,8 @@
 
 Times split_stats (one pass counting every record) and one pass of the
 validation slice (trainer.make_dataset, parse and Transform graph included)
-with the code on PYTHONPATH, then, with `--interleave`, the plain read of
+with the code on PYTHONPATH (the process's peak memory so far after each),
+then, with `--interleave`, the plain read of
 four files interleaved record by record against chunk by chunk:
   PYTHONPATH=/work/main .venv/bin/python docs/read_ab.py EXAMPLEGEN_OUT GRAPH
   PYTHONPATH=. .venv/bin/python docs/read_ab.py EXAMPLEGEN_OUT GRAPH --interleave
@@ -12,6 +13,7 @@ docs/data_ab.py transform's OUT/graph).
 
 import glob
 import os
+import resource
 import sys
 import time
 
@@ -29,7 +31,9 @@ def _timed(name: str, run, rows=lambda result: result):
   wall, cpu = time.time(), cpu_seconds()
   result = run()
   print(f"{name}: {rows(result)} rows, wall_s {time.time() - wall:.1f} "
-        f"cpu_s {cpu_seconds() - cpu:.1f}", flush=True)
+        f"cpu_s {cpu_seconds() - cpu:.1f} max_rss_MB "
+        f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10}",
+        flush=True)
   return result
 
 
