@@ -108,9 +108,9 @@ def multiprocess_beam_args(beam_args: Tuple[str, ...], rows: Optional[int],
   runs one worker process per core: 1.4x faster at 1M rows and 1.7x at 10M
   on 2 cores (docs/benchmark_data.md). Its counts (what the schema gate
   checks) are the same; its means and sketches differ in summation and
-  merge order. Transform keeps one worker: two were 1.5x faster at 1M rows
-  but took its peak from 3.7 to 6.0 GiB at 10M, past the 4 GiB bound (each
-  worker and the runner hold the vocabulary counts). The Evaluator keeps
+  merge order. Transform keeps one worker: two were 1.7x faster at 10M rows
+  but took its process tree from 2.3 to 4.3 GiB, past the 4 GiB bound (each
+  worker loads TensorFlow and holds its own counts). The Evaluator keeps
   one: it was slower with two at 20k eval rows. Other runners, unknown
   sizes and one core: none.
   """

@@ -49,9 +49,12 @@ MAX_VALIDATION_EXAMPLES = 200_000
 # the non-clicks of the buckets next to the slice's).
 SAMPLING_BUCKETS = 1_000_000
 SAMPLING_KEY = (0x5EED, 0xC11C)
-# Records selected per vectorised step (select_records), and per element
-# of make_dataset's cache.
-_SAMPLING_CHUNK = 8192
+# Records per element read from a file, counted per vectorised step
+# (split_stats), selected per step (select_records) and cached per element
+# (make_dataset). Interleaving files record by record cost ~20 us of CPU per
+# record, 13x the read itself; chunks 8x larger took 0.45 GiB more memory
+# (docs/benchmark_data.md).
+_RECORD_CHUNK = 8192
 # make_dataset's cache holds the training part and the validation slice in
 # memory when their serialized records plus CACHE_ROW_OVERHEAD bytes each (a
 # tf.string's header and allocation, measured in
@@ -169,12 +172,27 @@ class SplitStats:
             max(float(self.weight[where].sum()), 1.0))
 
 
+def _record_chunks(files: List[str], chunk: int, shuffle: bool = False,
+                  seed: int = 0) -> tf.data.Dataset:
+  """Serialized records of ExampleGen's gzipped TFRecord `files`, in
+  chunks of up to `chunk` records of one file, read from files in parallel
+  (`shuffle`: in a shuffled file order, chunks in completion order)."""
+  dataset = tf.data.Dataset.from_tensor_slices(files)
+  if shuffle:
+    dataset = dataset.shuffle(len(files), seed=seed)
+  return dataset.interleave(
+      lambda f: tf.data.TFRecordDataset(f, compression_type="GZIP").batch(
+          chunk),
+      num_parallel_calls=tf.data.AUTOTUNE, deterministic=not shuffle)
+
+
 def split_stats(file_patterns: List[str], label: str,
                 negative_sampling_rate: float = 1.0) -> SplitStats:
   """SplitStats of ExampleGen's gzipped TFRecords of raw examples, in one
   pass.
 
-  Only the label is parsed, in large batches: cheap next to training.
+  Only the label is parsed, a chunk of records at a time: cheap next to
+  training.
   """
   files = [f for p in file_patterns for f in tf.io.gfile.glob(p)]
   if not files:
@@ -194,9 +212,7 @@ def split_stats(file_patterns: List[str], label: str,
                                                 VALIDATION_BUCKETS),
         VALIDATION_BUCKETS)
 
-  totals = tf.data.TFRecordDataset(
-      files, compression_type="GZIP",
-      num_parallel_reads=tf.data.AUTOTUNE).batch(65536).map(
+  totals = _record_chunks(files, _RECORD_CHUNK).map(
       count, num_parallel_calls=tf.data.AUTOTUNE).reduce(
           tf.zeros([VALIDATION_BUCKETS, 5], tf.float64), tf.add).numpy()
   return SplitStats(rate, *totals.T)
@@ -220,10 +236,11 @@ def make_dataset(file_patterns: List[str],
   each batch is parsed with the raw schema and goes through the Transform
   graph here, as serving requests do. Records are batched BEFORE parsing
   (one parse_example and one graph call per batch instead of one per
-  record) and read in parallel, so input is not the bottleneck.
+  record), and files are read in parallel in chunks (_record_chunks), so
+  input is not the bottleneck.
   `part` and `buckets` keep the train or validation part of the records,
   and a negative_sampling_rate below 1 keeps the records sampling keeps
-  (select_records: on the serialized bytes, in chunks of _SAMPLING_CHUNK,
+  (select_records: on the serialized bytes, in chunks of _RECORD_CHUNK,
   before any parsing of the features); then the batches are
   (features, label, importance weight). `cache` keeps the selected
   serialized records in memory after the first full pass, so later passes
@@ -233,20 +250,15 @@ def make_dataset(file_patterns: List[str],
   files = [f for p in file_patterns for f in tf.io.gfile.glob(p)]
   raw_spec = tf_transform_output.raw_feature_spec()
   transform = tf_transform_output.transform_features_layer()
-  dataset = tf.data.Dataset.from_tensor_slices(files)
-  if shuffle:
-    dataset = dataset.shuffle(len(files), seed=seed)
-  dataset = dataset.interleave(
-      lambda f: tf.data.TFRecordDataset(f, compression_type="GZIP"),
-      num_parallel_calls=tf.data.AUTOTUNE, deterministic=not shuffle)
+  dataset = _record_chunks(files, _RECORD_CHUNK, shuffle, seed)
   rate = negative_sampling_rate
   if part != "all" or rate < 1 or cache:
-    dataset = dataset.batch(_SAMPLING_CHUNK).map(
+    dataset = dataset.map(
         lambda chunk: select_records(chunk, label, part, buckets, rate),
         num_parallel_calls=tf.data.AUTOTUNE)
     if cache:
       dataset = dataset.cache()
-    dataset = dataset.unbatch()
+  dataset = dataset.unbatch()
   if shuffle:
     dataset = dataset.shuffle(max(16 * batch_size, 10_000), seed=seed)
   dataset = dataset.batch(batch_size)

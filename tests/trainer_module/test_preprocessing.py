@@ -7,6 +7,7 @@ eval and serving inputs through the saved TFTransformOutput, the way TFX
 Transform and the Trainer's serving signature do.
 """
 
+import collections
 import datetime
 import functools
 import json
@@ -181,6 +182,47 @@ def test_time_tokens_avazu_example_and_invalid_values():
                   tf.int64))
   assert hour_tokens.numpy().tolist() == [b"00", b"", b"", b"", b"", b""]
   assert weekday_tokens.numpy().tolist() == [b"Tue", b"", b"", b"", b"", b""]
+
+
+def _token_batches() -> List[np.ndarray]:
+  """[batch, 2 fields] token batches: field 0 has a tie and a rare token,
+  field 1 only a missing value ('') and a rare token."""
+  return [np.array([[b"b", b""], [b"a", b""], [b"c", b"z"]], dtype=object),
+          np.array([[b"b", b""], [b"a", b""]], dtype=object),
+          np.array([[b"d", b""]], dtype=object)]
+
+
+def test_token_counts_equal_a_counter_across_compactions(monkeypatch):
+  """Per-batch counts folded in Arrow, compacting after every batch and
+  merging two accumulators, sum to what collections.Counter counts."""
+  monkeypatch.setattr(preprocessing.TokenCounts, "COMPACT_ROWS", 1)
+  batches = _token_batches()
+  combine = preprocessing.CountTokensFn()
+  first = combine.add_input(combine.create_accumulator(), (batches[0],))
+  second = combine.create_accumulator()
+  for batch in batches[1:]:
+    second = combine.add_input(second, (batch,))
+  counts = combine.extract_output(combine.merge_accumulators([first, second]))
+  got = {(field, token): count for field, token, count in zip(
+      counts["field"].to_pylist(), counts["token"].to_pylist(),
+      counts["count"].to_pylist())}
+  expected = collections.Counter(
+      (field, token) for batch in batches for row in batch
+      for field, token in enumerate(row) if token)
+  assert got == dict(expected)
+
+
+def test_field_vocabularies_files_keep_tft_order_and_placeholder(tmp_path):
+  """Count then token, both decreasing; below the threshold dropped; a field
+  with nothing kept gets tf.Transform's one-line placeholder."""
+  analyzer = preprocessing.FieldVocabularies(["f0", "f1"], min_frequency=2)
+  analyzer.base_temp_dir = str(tmp_path)
+  with beam.Pipeline() as p:
+    _ = (p | beam.Create([(batch,) for batch in _token_batches()])
+         | analyzer)
+  read = lambda f: (tmp_path / features.vocabulary_name(f)).read_bytes()
+  assert read("f0") == b"2 b\n2 a\n"
+  assert read("f1") == b"1 %s\n" % preprocessing._EMPTY_VOCABULARY_TOKEN  # pylint: disable=protected-access
 
 
 @pytest.mark.parametrize("spec", [features.CRITEO, features.AVAZU],

@@ -1,0 +1,66 @@
+"""A/B timing of the Trainer's reads of ExampleGen's train split.
+
+Times split_stats (one pass counting every record) and one pass of the
+validation slice (trainer.make_dataset, parse and Transform graph included)
+with the code on PYTHONPATH (the process's peak memory so far after each),
+then, with `--interleave`, the plain read of
+four files interleaved record by record against chunk by chunk:
+  PYTHONPATH=/work/main .venv/bin/python docs/read_ab.py EXAMPLEGEN_OUT GRAPH
+  PYTHONPATH=. .venv/bin/python docs/read_ab.py EXAMPLEGEN_OUT GRAPH --interleave
+EXAMPLEGEN_OUT holds Split-train/; GRAPH is a Transform graph of it (e.g.
+docs/data_ab.py transform's OUT/graph).
+"""
+
+import glob
+import os
+import resource
+import sys
+import time
+
+import tensorflow as tf
+import tensorflow_transform as tft
+
+from trainer_module import trainer
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from data_ab import cpu_seconds  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+
+def _timed(name: str, run, rows=lambda result: result):
+  """run()'s result, after printing its time and rows(result)."""
+  wall, cpu = time.time(), cpu_seconds()
+  result = run()
+  print(f"{name}: {rows(result)} rows, wall_s {time.time() - wall:.1f} "
+        f"cpu_s {cpu_seconds() - cpu:.1f} max_rss_MB "
+        f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10}",
+        flush=True)
+  return result
+
+
+def main(examples: str, graph: str, interleave: bool) -> None:
+  files = [os.path.join(examples, "Split-train", "*.gz")]
+  stats = _timed("split_stats", lambda: trainer.split_stats(files, "label"),
+                 lambda stats: int(stats.records.sum()))
+  buckets = trainer.validation_buckets(int(stats.records.sum()))
+  output = tft.TFTransformOutput(graph)
+  _timed("validation slice", lambda: sum(
+      int(labels.shape[0]) for _, labels in trainer.make_dataset(
+          files, output, "label", 16384, shuffle=False, part="validation",
+          buckets=buckets)))
+  if not interleave:
+    return
+  four = sorted(glob.glob(files[0]))[:4]
+  read = lambda f: tf.data.TFRecordDataset(f, compression_type="GZIP")
+  count = lambda ds: int(ds.map(tf.size).reduce(
+      tf.constant(0), lambda total, n: total + n).numpy())
+  names = tf.data.Dataset.from_tensor_slices(four)
+  _timed("4 files, interleaved record by record", lambda: count(
+      names.interleave(read, num_parallel_calls=tf.data.AUTOTUNE).batch(
+          8192)))
+  _timed("4 files, interleaved in chunks of 8192", lambda: count(
+      names.interleave(lambda f: read(f).batch(8192),
+                       num_parallel_calls=tf.data.AUTOTUNE)))
+
+
+if __name__ == "__main__":
+  main(sys.argv[1], sys.argv[2], "--interleave" in sys.argv[3:])
