@@ -20,10 +20,8 @@ import time
 import tensorflow as tf
 import tensorflow_transform as tft
 
+from data_ab import cpu_seconds  # docs/, this script's directory.
 from trainer_module import trainer
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from data_ab import cpu_seconds  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 def _timed(name: str, run, rows=lambda result: result):

@@ -172,17 +172,18 @@ class SplitStats:
             max(float(self.weight[where].sum()), 1.0))
 
 
-def _record_chunks(files: List[str], chunk: int, shuffle: bool = False,
-                  seed: int = 0) -> tf.data.Dataset:
+def _record_chunks(files: List[str], shuffle: bool = False,
+                   seed: int = 0) -> tf.data.Dataset:
   """Serialized records of ExampleGen's gzipped TFRecord `files`, in
-  chunks of up to `chunk` records of one file, read from files in parallel
-  (`shuffle`: in a shuffled file order, chunks in completion order)."""
+  chunks of up to _RECORD_CHUNK records of one file, read from files in
+  parallel (`shuffle`: in a shuffled file order, chunks in completion
+  order)."""
   dataset = tf.data.Dataset.from_tensor_slices(files)
   if shuffle:
     dataset = dataset.shuffle(len(files), seed=seed)
   return dataset.interleave(
       lambda f: tf.data.TFRecordDataset(f, compression_type="GZIP").batch(
-          chunk),
+          _RECORD_CHUNK),
       num_parallel_calls=tf.data.AUTOTUNE, deterministic=not shuffle)
 
 
@@ -212,7 +213,7 @@ def split_stats(file_patterns: List[str], label: str,
                                                 VALIDATION_BUCKETS),
         VALIDATION_BUCKETS)
 
-  totals = _record_chunks(files, _RECORD_CHUNK).map(
+  totals = _record_chunks(files).map(
       count, num_parallel_calls=tf.data.AUTOTUNE).reduce(
           tf.zeros([VALIDATION_BUCKETS, 5], tf.float64), tf.add).numpy()
   return SplitStats(rate, *totals.T)
@@ -250,7 +251,7 @@ def make_dataset(file_patterns: List[str],
   files = [f for p in file_patterns for f in tf.io.gfile.glob(p)]
   raw_spec = tf_transform_output.raw_feature_spec()
   transform = tf_transform_output.transform_features_layer()
-  dataset = _record_chunks(files, _RECORD_CHUNK, shuffle, seed)
+  dataset = _record_chunks(files, shuffle, seed)
   rate = negative_sampling_rate
   if part != "all" or rate < 1 or cache:
     dataset = dataset.map(

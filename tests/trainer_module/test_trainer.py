@@ -105,7 +105,8 @@ def _rows(dataset):
   return [int(r) for features, _ in dataset for r in features["row"]]
 
 
-def test_record_chunks_hold_records_of_one_file_each_read_once(tmp_path):
+def test_record_chunks_hold_records_of_one_file_each_read_once(tmp_path,
+                                                             monkeypatch):
   """Files are interleaved a chunk at a time, never record by record (that
   cost 13x the read, docs/benchmark_data.md), and no record is lost."""
   for shard in range(2):
@@ -114,9 +115,10 @@ def test_record_chunks_hold_records_of_one_file_each_read_once(tmp_path):
       for row in range(100):
         writer.write(b"%d-%03d" % (shard, row))
   files = sorted(str(f) for f in tmp_path.glob("train-*.gz"))
+  monkeypatch.setattr(trainer, "_RECORD_CHUNK", 32)
   for shuffle in (False, True):
     chunks = [[r.decode() for r in chunk.numpy()] for chunk in
-              trainer._record_chunks(files, 32, shuffle, seed=1)]  # pylint: disable=protected-access
+              trainer._record_chunks(files, shuffle, seed=1)]  # pylint: disable=protected-access
     assert all(len(chunk) <= 32 and len({r[0] for r in chunk}) == 1
                for chunk in chunks)
     assert sorted(r for chunk in chunks for r in chunk) == [
