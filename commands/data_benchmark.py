@@ -8,6 +8,11 @@ handled per second and the peak resident memory of the whole process tree
 while it ran (psutil, sampled every SAMPLE_SECONDS). The table and the exact
 command go to a markdown file (docs/benchmark_data.md by default), one
 section per run. Speed is measured here, never in timed tests.
+
+A run longer than a working session resumes: `--resume` keeps the output
+directory, so TFX's cache skips each component that finished, and the
+memory samples of every attempt are appended to MEMORY_LOG there, so the
+table still reports each component's own run and peak.
 """
 
 import argparse
@@ -31,6 +36,9 @@ SAMPLE_SECONDS = 0.5
 DEFAULT_WORK_DIR = os.path.join("runs", "benchmark_data")
 DEFAULT_DOC = os.path.join("docs", "benchmark_data.md")
 DEFAULT_BATCH_SIZE = 16384
+# In the run's output directory: one "time,rss" line per memory sample, and
+# an "attempt,time" line where each attempt starts.
+MEMORY_LOG = "benchmark_memory.csv"
 # Components in pipeline order and the rows each one handles: all input
 # rows, the train split or the eval split (from ExampleGen's counts).
 COMPONENT_ROWS = (("RawCtrExampleGen", "rows_read"),
@@ -62,11 +70,21 @@ class ComponentTiming:
 
 
 class TreeMemorySampler:
-  """Samples the resident memory of a process and all its descendants."""
+  """Samples the resident memory of a process and all its descendants;
+  with a `log` path, also appends each sample to it, after the samples and
+  attempt starts an earlier attempt left there."""
 
-  def __init__(self, pid: int):
+  def __init__(self, pid: int, log: Optional[str] = None):
     self._root = psutil.Process(pid)
     self.samples: List[Tuple[float, int]] = []
+    self.attempt_starts: List[float] = []
+    self._log = None
+    if log:
+      if os.path.exists(log):
+        self._read_log(log)
+      self._log = open(log, "a", buffering=1)  # pylint: disable=consider-using-with
+      self.attempt_starts.append(time.time())
+      self._log.write(f"attempt,{self.attempt_starts[-1]}\n")
     self._stop = threading.Event()
     self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -79,12 +97,24 @@ class TreeMemorySampler:
         pass
     return total
 
+  def _read_log(self, log: str) -> None:
+    with open(log) as f:
+      for line in f:
+        first, second = line.strip().split(",")
+        if first == "attempt":
+          self.attempt_starts.append(float(second))
+        else:
+          self.samples.append((float(first), int(second)))
+
   def _run(self) -> None:
     while not self._stop.is_set():
       try:
-        self.samples.append((time.time(), self._tree_rss()))
+        sample = (time.time(), self._tree_rss())
       except psutil.Error:
         return
+      self.samples.append(sample)
+      if self._log:
+        self._log.write(f"{sample[0]},{sample[1]}\n")
       self._stop.wait(SAMPLE_SECONDS)
 
   def __enter__(self) -> "TreeMemorySampler":
@@ -94,6 +124,16 @@ class TreeMemorySampler:
   def __exit__(self, *exc) -> None:
     self._stop.set()
     self._thread.join()
+    if self._log:
+      self._log.close()
+
+  def attempts_seconds(self) -> float:
+    """Wall seconds of all attempts: each from its start to its last
+    sample (the time between attempts left out)."""
+    bounds = self.attempt_starts + [float("inf")]
+    return sum(
+        max((t for t, _ in self.samples if start <= t < end), default=start)
+        - start for start, end in zip(bounds, bounds[1:]))
 
   def peak(self, start: float = 0.0, end: float = float("inf")) -> int:
     return max((rss for t, rss in self.samples if start <= t <= end),
@@ -134,13 +174,15 @@ def format_table(timings: Sequence[ComponentTiming]) -> str:
 
 def ingest_to_transform(timings: Sequence[ComponentTiming]
                        ) -> Optional[Tuple[float, float]]:
-  """(seconds, rows/s) from ExampleGen's start to Transform's end."""
-  by_name = {t.name: t for t in timings}
-  first, last = by_name.get("RawCtrExampleGen"), by_name.get("Transform")
-  if not first or not last or not first.rows:
+  """(seconds, rows/s) of the components from ExampleGen to Transform: the
+  sum of their times, which a resumed run's pause does not enter."""
+  names = [t.name for t in timings]
+  if ("RawCtrExampleGen" not in names or "Transform" not in names or
+      not timings[names.index("RawCtrExampleGen")].rows):
     return None
-  seconds = last.end - first.start
-  return seconds, first.rows / seconds
+  first, last = names.index("RawCtrExampleGen"), names.index("Transform")
+  seconds = sum(t.seconds for t in timings[first:last + 1])
+  return seconds, timings[first].rows / seconds
 
 
 def pipeline_command(dataset: str, data: str, output: str, batch_size: int,
@@ -157,8 +199,11 @@ def pipeline_command(dataset: str, data: str, output: str, batch_size: int,
 
 def run_data_benchmark(rows: int, work_dir: str, dataset: str = "criteo",
                        batch_size: int = DEFAULT_BATCH_SIZE, epochs: int = 1,
-                       extra_run_args: Sequence[str] = ()) -> Dict:
-  """Generates the data (reused if present), runs the pipeline, measures."""
+                       extra_run_args: Sequence[str] = (),
+                       resume: bool = False) -> Dict:
+  """Generates the data (reused if present), runs the pipeline, measures.
+  `resume` continues an earlier attempt at the same run (see the module
+  docstring) instead of starting afresh."""
   data = os.path.join(work_dir, "data", f"{dataset}_{rows}.txt")
   generate_seconds = None
   if not os.path.exists(data):
@@ -166,14 +211,15 @@ def run_data_benchmark(rows: int, work_dir: str, dataset: str = "criteo",
     generate.write_synthetic(dataset, rows, 1, data)
     generate_seconds = time.time() - started
   output = os.path.join(work_dir, f"run_{dataset}_{rows}")
-  shutil.rmtree(output, ignore_errors=True)
+  if not resume:
+    shutil.rmtree(output, ignore_errors=True)
+  os.makedirs(output, exist_ok=True)
   command = pipeline_command(dataset, data, output, batch_size, epochs,
                              extra_run_args)
-  started = time.time()
   child = subprocess.Popen(command)
-  with TreeMemorySampler(child.pid) as samples:
+  with TreeMemorySampler(child.pid, os.path.join(output, MEMORY_LOG)
+                         ) as samples:
     status = child.wait()
-  seconds = time.time() - started
   metadata_path = os.path.join(output, "metadata.sqlite")
   timings = component_timings(metadata_path, samples)
   auc = None
@@ -184,7 +230,8 @@ def run_data_benchmark(rows: int, work_dir: str, dataset: str = "criteo",
     auc = report_reading.read_evaluation(
         outcome_evaluation).overall.get("auc")
   return {"rows": rows, "dataset": dataset, "command": command,
-          "exit_status": status, "seconds": seconds,
+          "exit_status": status, "seconds": samples.attempts_seconds(),
+          "attempts": len(samples.attempt_starts),
           "generate_seconds": generate_seconds, "timings": timings,
           "peak_rss": samples.peak(), "auc": auc,
           "load_average": os.getloadavg()}
@@ -199,9 +246,11 @@ def format_result(result: Dict) -> str:
            format_table(result["timings"]), ""]
   span = ingest_to_transform(result["timings"])
   if span:
-    lines.append(f"- ExampleGen start to Transform end: {span[0]:.1f} s, "
-                 f"{span[1]:,.0f} rows/s")
-  lines += [f"- whole run: {result['seconds']:.1f} s, exit status "
+    lines.append("- ExampleGen through Transform (sum of their times): "
+                 f"{span[0]:.1f} s, {span[1]:,.0f} rows/s")
+  attempts = (f" over {result['attempts']} attempts (resumed; the time "
+              "between them left out)" if result["attempts"] > 1 else "")
+  lines += [f"- whole run: {result['seconds']:.1f} s{attempts}, exit status "
             f"{result['exit_status']}, peak RSS of the process tree "
             f"{_gib(result['peak_rss'])} GiB",
             f"- overall eval AUC: {result['auc']:.4f}" if result["auc"]
@@ -241,6 +290,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       default=[], help="[data] extra `pipeline run` flag "
                       "(repeatable), e.g. --run-arg=--beam-arg=--"
                       "direct_num_workers=2")
+  parser.add_argument("--resume", action="store_true",
+                      help="[data] continue an earlier, unfinished run of "
+                      "the same --rows: keep its output, so the components "
+                      "that finished come from TFX's cache")
 
 
 def command_line(args: argparse.Namespace) -> str:
@@ -252,6 +305,8 @@ def command_line(args: argparse.Namespace) -> str:
     if getattr(args, name) != default:
       parts.append(f"--{name.replace('_', '-')} {getattr(args, name)}")
   parts += [f"--run-arg={arg}" for arg in args.run_args]
+  if args.resume:
+    parts.append("--resume")
   return " ".join(parts)
 
 
@@ -260,7 +315,8 @@ def main(args: argparse.Namespace) -> int:
   result = run_data_benchmark(args.rows, args.work_dir or DEFAULT_WORK_DIR,
                               args.dataset,
                               args.data_batch_size,
-                              extra_run_args=args.run_args)
+                              extra_run_args=args.run_args,
+                              resume=args.resume)
   section = format_result(result)
   print(section)
   append_to_doc(args.doc, section, command_line(args))

@@ -102,9 +102,12 @@ def ingestion_counts(store: metadata_store.MetadataStore) -> Dict[str, int]:
 def execution_spans(store: metadata_store.MetadataStore
                    ) -> Dict[str, Tuple[float, float]]:
   """Node id -> (start, end) seconds since the epoch of its execution (the
-  latest one of a node that ran more than once)."""
+  latest one of a node that ran more than once). Cache hits are left out:
+  a resumed run's cached node reports the execution that did the work."""
   spans = {}
   for execution in sorted(store.get_executions(), key=lambda e: e.id):
+    if execution.last_known_state == metadata_store_pb2.Execution.CACHED:
+      continue
     node = next((c.name for c in store.get_contexts_by_execution(execution.id)
                  if c.type == "node"), None)
     if node is None:

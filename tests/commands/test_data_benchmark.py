@@ -1,5 +1,6 @@
 """The data-path benchmark: memory sampling, timings from ML Metadata, doc."""
 
+import os
 import subprocess
 import sys
 
@@ -19,6 +20,24 @@ def test_tree_memory_sampler_sees_a_child_process():
   with data_benchmark.TreeMemorySampler(parent.pid) as sampler:
     parent.wait()
   assert sampler.peak() > 300 << 20
+
+
+def test_memory_log_keeps_every_attempts_samples(tmp_path):
+  log = tmp_path / data_benchmark.MEMORY_LOG
+  # An earlier attempt: started at 100, sampled until 160, then killed.
+  log.write_text("attempt,100.0\n100.5,1000\n160.0,5000000000\n")
+  child = subprocess.Popen([sys.executable, "-c", "import time; "
+                            "time.sleep(1.5)"])
+  with data_benchmark.TreeMemorySampler(child.pid, str(log)) as sampler:
+    child.wait()
+  assert len(sampler.attempt_starts) == 2
+  assert sampler.peak() == 5000000000
+  assert sampler.peak(start=161) < 5000000000
+  assert 60 + 1 < sampler.attempts_seconds() < 60 + 10
+  reread = data_benchmark.TreeMemorySampler(os.getpid(), str(log))
+  reread._log.close()  # pylint: disable=protected-access
+  assert reread.samples == sampler.samples
+  assert reread.attempt_starts[:2] == sampler.attempt_starts
 
 
 def test_table_and_ingest_to_transform_span():
@@ -56,6 +75,20 @@ def test_benchmark_runs_the_pipeline_and_writes_the_doc(tmp_path):
   assert rows["RawCtrExampleGen"][1].strip() == "3,000"
   assert float(rows["Transform"][3]) > 0  # Peak RSS was sampled.
   assert "overall eval AUC: 0." in text
+
+  # Resumed, the finished run's components up to the Trainer are cache
+  # hits, and the table still reports their own runs. The Evaluator runs
+  # again: its baseline (the served model) is looked up afresh each run.
+  assert cli.main(["benchmark", "--stage", "data", "--rows", "3000",
+                   "--work-dir", str(tmp_path / "work"), "--doc", str(doc),
+                   "--data-batch-size", "256", "--run-arg=--embed-lr",
+                   "--run-arg=1e-2", "--resume"]) == 0
+  first, resumed = doc.read_text().split("Command: `")[1:]
+  assert "--resume" in resumed and "over 2 attempts" in resumed
+  table = lambda section: [line for line in section.splitlines()
+                           if line.startswith("| ")]
+  assert table(resumed)[:8] == table(first)[:8]
+  assert table(resumed)[7].startswith("| Trainer |")
 
 
 def test_an_epochs_run_arg_replaces_the_benchmarks_own():

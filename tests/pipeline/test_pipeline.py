@@ -37,6 +37,17 @@ def test_trainer_reads_raw_examples_through_the_transform_graph(tmp_path):
           transform.outputs["transform_graph"])
 
 
+def test_transform_writes_no_analyzer_cache(tmp_path):
+  # Nothing reads it back, and writing it cost 27% of the analysis at 1M
+  # rows (docs/benchmark_data.md).
+  config = config_lib.PipelineConfig(dataset="criteo", data=str(tmp_path),
+                                     output=str(tmp_path / "out"))
+  (transform,) = [c for c in pipeline_lib.create_pipeline(config).components
+                  if c.id == "Transform"]
+  assert "updated_analyzer_cache" not in transform.outputs
+  assert "analyzer_cache" not in transform.inputs
+
+
 def test_a_worker_per_core_only_on_big_local_inputs():
   big = pipeline_lib.MULTIPROCESS_MIN_ROWS
   local = config_lib.DIRECT_BEAM_ARGS
