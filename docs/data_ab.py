@@ -6,7 +6,7 @@ Run it with the code under test first on PYTHONPATH, e.g.:
   PYTHONPATH=. .venv/bin/python docs/data_ab.py transform EXAMPLEGEN_OUT OUT \
       [MIN_FREQUENCY [stats|analyze-only]]
   PYTHONPATH=. .venv/bin/python docs/data_ab.py statistics EXAMPLEGEN_OUT OUT \
-      [STATS_OPTIONS_JSON]
+      [STATS_OPTIONS_JSON [tfx]]
 On a shared machine CPU seconds compare; wall seconds mostly measure the queue.
 """
 
@@ -98,23 +98,30 @@ def _transform(examples_uri: str, out: str, min_frequency: str = "10",
           lambda: rows)
 
 
-def _statistics(examples_uri: str, out: str, options_json: str = ""):
-  """StatisticsGen's executor; options_json: a tfdv.StatsOptions as JSON
-  (empty: TFDV's defaults)."""
-  from tfx.components.statistics_gen import executor  # pylint: disable=g-import-not-at-top
+def _statistics(examples_uri: str, out: str, options_json: str = "",
+                executor_of: str = "pipeline"):
+  """The pipeline's StatisticsGen executor ('tfx': TFX's own, which samples
+  after decoding); options_json: a tfdv.StatsOptions as JSON (empty: TFDV's
+  defaults)."""
+  # pylint: disable=g-import-not-at-top
+  import tensorflow_data_validation as tfdv
+  if executor_of == "tfx":
+    from tfx.components.statistics_gen.executor import Executor
+  else:
+    from components.statistics_gen import Executor  # pylint: disable=reimported
   examples = standard_artifacts.Examples()
   examples.uri = examples_uri
   examples.split_names = artifact_utils.encode_split_names(["train", "eval"])
   statistics = standard_artifacts.ExampleStatistics()
   statistics.uri = out
-  run = executor.Executor(executor.Executor.Context(
+  run = Executor(Executor.Context(
       beam_pipeline_args=_BEAM_ARGS, tmp_dir=os.path.join(out, ".tmp"),
       unique_id="ab"))
   with open(os.path.join(examples_uri, "raw_example_gen_summary.json")) as f:
     rows = json.load(f)["rows_read"]
-  properties = {specs.EXCLUDE_SPLITS_KEY: "[]"}
-  if options_json:
-    properties[specs.STATS_OPTIONS_JSON_KEY] = options_json
+  properties = {specs.EXCLUDE_SPLITS_KEY: "[]",
+                specs.STATS_OPTIONS_JSON_KEY: options_json or
+                tfdv.StatsOptions().to_json()}
   return (lambda: run.Do({specs.EXAMPLES_KEY: [examples]},
                          {specs.STATISTICS_KEY: [statistics]}, properties),
           lambda: rows)

@@ -25,6 +25,7 @@ from components.baseline import Evaluator
 from components.baseline import LatestPushedModel
 from components.pusher import Pusher
 from components.raw_example_gen import RawCtrExampleGen
+from components.statistics_gen import StatisticsGen
 from components.strict_example_validator import StrictExampleValidator
 from components.tuner import CtrTuner
 from pipeline.config import DIRECT_BEAM_ARGS
@@ -84,10 +85,9 @@ def create_stats_options(rows: Optional[int]) -> tfdv.StatsOptions:
 
   The statistics feed only the schema gate, whose checks (each feature's
   type, presence, value count, the label's domain) hold on a sample: above
-  STATISTICS_SAMPLE_ROWS input `rows` (None: unknown) TFDV keeps a random
-  share of the record batches, about STATISTICS_SAMPLE_ROWS rows. TFDV
-  samples whole batches, so smaller inputs are read in full (a rate below 1
-  could keep none of a few batches). Top-k and unique counts of the 26
+  STATISTICS_SAMPLE_ROWS input `rows` (None: unknown) StatisticsGen keeps a
+  hash sample of about STATISTICS_SAMPLE_ROWS records, before decoding them
+  (components.statistics_gen). Top-k and unique counts of the 26
   high-cardinality string fields come from sketches (Misra-Gries, KMV)
   instead of exact counts of every distinct id: docs/benchmark_data.md.
   """
@@ -260,7 +260,7 @@ def create_pipeline(config: PipelineConfig,
       eval_fraction=(config.spec.eval_fraction if config.eval_fraction is None
                      else config.eval_fraction),
       max_bad_fraction=config.max_bad_fraction)
-  statistics_gen = tfx.components.StatisticsGen(
+  statistics_gen = StatisticsGen(
       examples=example_gen.outputs["examples"],
       stats_options=create_stats_options(config.estimated_rows))
   multiprocess = multiprocess_beam_args(

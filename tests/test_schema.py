@@ -207,24 +207,48 @@ def test_avazu_missing_value_is_an_anomaly():
 # ------------------------------------ the pipeline's StatisticsGen options
 
 
-def _sampled_anomalies(spec: features.DatasetSpec,
-                       batches: List[List[Dict[str, Any]]],
+def _example(row: Dict[str, Any]) -> bytes:
+  """A raw row as a serialized tf.Example; None values are absent."""
+  feature = {}
+  for name, value in row.items():
+    if isinstance(value, int):
+      feature[name] = tf.train.Feature(
+          int64_list=tf.train.Int64List(value=[value]))
+    elif value is not None:
+      feature[name] = tf.train.Feature(
+          bytes_list=tf.train.BytesList(value=[value]))
+  return tf.train.Example(features=tf.train.Features(
+      feature=feature)).SerializeToString()
+
+
+def _sampled_anomalies(spec: features.DatasetSpec, rows: List[Dict[str, Any]],
                        path: str) -> Dict[str, str]:
-  """As _anomalies, through TFDV's Beam API (StatisticsGen's path, where the
-  sampling happens) with the options the pipeline gives a 10x-too-big input:
-  about one batch in ten is read."""
+  """As _anomalies, through the pipeline's StatisticsGen executor with the
+  options it gives a 10x-too-big input: about one record in ten is read."""
   # pylint: disable=g-import-not-at-top
-  import apache_beam as beam
+  from tfx.types import standard_artifacts
+  from components import statistics_gen
   from pipeline import pipeline as pipeline_lib
   options = pipeline_lib.create_stats_options(
       10 * pipeline_lib.STATISTICS_SAMPLE_ROWS)
   assert options.sample_rate == pytest.approx(0.1)
-  with beam.Pipeline() as p:
-    _ = (p | beam.Create([_record_batch(rows) for rows in batches])
-         | tfdv.GenerateStatistics(options)
-         | tfdv.WriteStatisticsToBinaryFile(path))
-  stats = tfdv.load_stats_binary(path)
-  assert 0 < stats.datasets[0].num_examples < sum(map(len, batches))
+  examples = standard_artifacts.Examples()
+  examples.uri = os.path.join(path, "examples")
+  examples.split_names = '["train"]'
+  os.makedirs(os.path.join(examples.uri, "Split-train"))
+  with tf.io.TFRecordWriter(
+      os.path.join(examples.uri, "Split-train", "data.gz"),
+      tf.io.TFRecordOptions(compression_type="GZIP")) as writer:
+    for row in rows:
+      writer.write(_example(row))
+  statistics = standard_artifacts.ExampleStatistics()
+  statistics.uri = os.path.join(path, "statistics")
+  statistics_gen.Executor().Do(
+      {"examples": [examples]}, {"statistics": [statistics]},
+      {"stats_options_json": options.to_json()})
+  stats = tfdv.load_stats_binary(
+      os.path.join(statistics.uri, "Split-train", "FeatureStats.pb"))
+  assert 0 < stats.datasets[0].num_examples < len(rows)
   anomalies = tfdv.validate_statistics(stats, _schema(spec))
   return {name: info.description
           for name, info in anomalies.anomaly_info.items()}
@@ -245,10 +269,10 @@ def test_sampled_statistics_still_stop_bad_columns(tmp_path):
   column where an int belongs and a column gone are still caught (single
   bad rows never get this far: ExampleGen counts and drops them)."""
   spec = features.CRITEO
-  good = [[_row(spec, 10 * b + i) for i in range(10)] for b in range(300)]
+  good = [_row(spec, i) for i in range(3000)]
   assert _sampled_anomalies(spec, good, str(tmp_path / "good")) == {}
   int_column, gone = spec.int_features[-1], spec.str_categorical[-1]
-  bad = [[_row(spec, 10 * b + i, **{int_column: b"12", gone: None})
-          for i in range(10)] for b in range(300)]
+  bad = [_row(spec, i, **{int_column: b"12", gone: None})
+         for i in range(3000)]
   found = _sampled_anomalies(spec, bad, str(tmp_path / "bad"))
   assert "type" in found[int_column] and gone in found

@@ -212,6 +212,18 @@ def test_token_counts_equal_a_counter_across_compactions(monkeypatch):
   assert got == dict(expected)
 
 
+def test_merging_a_lone_accumulator_keeps_its_table():
+  """Beam's in-memory runner merges its one accumulator into an empty one at
+  the end: that must not aggregate (and copy) every count again."""
+  combine = preprocessing.CountTokensFn()
+  accumulator = combine.create_accumulator()
+  for batch in _token_batches():
+    accumulator = combine.add_input(accumulator, (batch,))
+  table = combine.compact(accumulator).compacted
+  assert combine.extract_output(combine.merge_accumulators([accumulator])) is (
+      table)
+
+
 def test_field_vocabularies_files_keep_tft_order_and_placeholder(tmp_path):
   """Count then token, both decreasing; below the threshold dropped; a field
   with nothing kept gets tf.Transform's one-line placeholder."""
