@@ -72,7 +72,8 @@ class ComponentTiming:
 class TreeMemorySampler:
   """Samples the resident memory of a process and all its descendants;
   with a `log` path, also appends each sample to it, after the samples and
-  attempt starts an earlier attempt left there."""
+  attempt starts an earlier attempt left there. A line an attempt left half
+  written when it was killed is cut off first: it may parse, wrongly."""
 
   def __init__(self, pid: int, log: Optional[str] = None):
     self._root = psutil.Process(pid)
@@ -98,13 +99,15 @@ class TreeMemorySampler:
     return total
 
   def _read_log(self, log: str) -> None:
-    with open(log) as f:
-      for line in f:
-        first, second = line.strip().split(",")
-        if first == "attempt":
-          self.attempt_starts.append(float(second))
-        else:
-          self.samples.append((float(first), int(second)))
+    with open(log, "rb+") as f:
+      text = f.read()
+      f.truncate(text.rfind(b"\n") + 1)  # A torn last line.
+    for line in text.decode().splitlines()[:text.count(b"\n")]:
+      first, second = line.split(",")
+      if first == "attempt":
+        self.attempt_starts.append(float(second))
+      else:
+        self.samples.append((float(first), int(second)))
 
   def _run(self) -> None:
     while not self._stop.is_set():

@@ -40,6 +40,21 @@ def test_memory_log_keeps_every_attempts_samples(tmp_path):
   assert reread.attempt_starts[:2] == sampler.attempt_starts
 
 
+def test_memory_log_skips_a_line_torn_by_a_kill(tmp_path):
+  """An attempt killed while writing a sample leaves half a line; the next
+  attempt reads the rest and starts its own lines on a new one."""
+  log = tmp_path / data_benchmark.MEMORY_LOG
+  log.write_text("attempt,100.0\n100.5,1000\n101.0,20")
+  first = data_benchmark.TreeMemorySampler(os.getpid(), str(log))
+  first._log.close()  # pylint: disable=protected-access
+  assert first.samples == [(100.5, 1000)]
+  second = data_benchmark.TreeMemorySampler(os.getpid(), str(log))
+  second._log.close()  # pylint: disable=protected-access
+  assert second.samples == [(100.5, 1000)]
+  assert second.attempt_starts[:2] == first.attempt_starts
+  assert len(second.attempt_starts) == 3
+
+
 def test_table_and_ingest_to_transform_span():
   timings = [
       data_benchmark.ComponentTiming("RawCtrExampleGen", 100.0, 110.0, 1000,
