@@ -100,9 +100,10 @@ class TreeMemorySampler:
 
   def _read_log(self, log: str) -> None:
     with open(log, "rb+") as f:
-      text = f.read()
-      f.truncate(text.rfind(b"\n") + 1)  # A torn last line.
-    for line in text.decode().splitlines()[:text.count(b"\n")]:
+      whole = f.read()
+      whole = whole[:whole.rfind(b"\n") + 1]  # Without a torn last line.
+      f.truncate(len(whole))
+    for line in whole.decode().splitlines():
       first, second = line.split(",")
       if first == "attempt":
         self.attempt_starts.append(float(second))
