@@ -32,7 +32,8 @@ on multi-bundle runs; the figures here are the exact means.
 """
 
 import collections
-from typing import Any, Dict, Iterable, List, Mapping, Sequence, Tuple
+from typing import (Any, Dict, Iterable, List, Mapping, Optional, Sequence,
+                    Tuple)
 
 import apache_beam as beam
 import numpy as np
@@ -149,8 +150,19 @@ class _BatchedCombiner:
   turns the summed array into the combiner's own accumulator and calls the
   combiner's extract_output."""
 
-  def __init__(self, combiner: beam.CombineFn):
+  def __init__(self, combiner: beam.CombineFn,
+               key: Optional[metric_types.MetricKey] = None):
     self.combiner = combiner
+    self._key = key
+    if key is not None:
+      _check_plain(combiner, key)
+
+  def rows_of(self, batch: _Batch, rows: np.ndarray
+             ) -> Tuple[np.ndarray, np.ndarray]:
+    """The rows' labels and predictions of the combiner's model output."""
+    label, prediction = batch.labels_and_predictions(self._key.model_name,
+                                                     self._key.output_name)
+    return label[rows], prediction[rows]
 
   def acc(self) -> np.ndarray:
     raise NotImplementedError
@@ -177,8 +189,7 @@ def _check_plain(combiner, key: metric_types.MetricKey) -> None:
 class _ExampleCount(_BatchedCombiner):
 
   def __init__(self, combiner):
-    super().__init__(combiner)
-    _check_plain(combiner, combiner._keys[0])  # pylint: disable=protected-access
+    super().__init__(combiner, combiner._keys[0])  # pylint: disable=protected-access
 
   def acc(self):
     return np.zeros(1)
@@ -195,18 +206,15 @@ class _LabelsPredictionsExamples(_BatchedCombiner):
   MeanLabel, MeanPrediction and Calibration."""
 
   def __init__(self, combiner):
-    super().__init__(combiner)
-    self._key = combiner._key  # pylint: disable=protected-access
-    _check_plain(combiner, self._key)
+    super().__init__(combiner, combiner._key)  # pylint: disable=protected-access
 
   def acc(self):
     return np.zeros(3)
 
   def add(self, acc, batch, rows):
-    label, prediction = batch.labels_and_predictions(self._key.model_name,
-                                                     self._key.output_name)
-    acc += (np.sum(label[rows], dtype=np.float64),
-            np.sum(prediction[rows], dtype=np.float64), len(rows))
+    label, prediction = self.rows_of(batch, rows)
+    acc += (np.sum(label, dtype=np.float64),
+            np.sum(prediction, dtype=np.float64), len(rows))
 
   def output(self, acc):
     result = self.combiner.create_accumulator()
@@ -222,10 +230,8 @@ class _CalibrationHistogram(_BatchedCombiner):
   bucket exists when an example fell in it, as in TFMA's sparse dict."""
 
   def __init__(self, combiner):
-    super().__init__(combiner)
+    super().__init__(combiner, combiner._key)  # pylint: disable=protected-access
     c = combiner
-    self._key = c._key  # pylint: disable=protected-access
-    _check_plain(c, self._key)
     if not c._prediction_based_bucketing:  # pylint: disable=protected-access
       raise ValueError(f"{self._key.name}: the batched evaluator buckets by "
                        "prediction only")
@@ -246,17 +252,16 @@ class _CalibrationHistogram(_BatchedCombiner):
     return np.clip(position, 0, self._buckets + 1).astype(np.int64)
 
   def add(self, acc, batch, rows):
-    label, prediction = batch.labels_and_predictions(self._key.model_name,
-                                                     self._key.output_name)
-    label = label[rows].astype(np.float64)
+    label, prediction = self.rows_of(batch, rows)
+    label = label.astype(np.float64)
     if self._fractional and ((label < 0) | (label > 1)).any():
       raise ValueError(f"labels must be within [0, 1] for "
                        f"{self._key.name}; got {label.min()}..{label.max()}")
-    bucket = self.bucket_index(prediction[rows])
+    bucket = self.bucket_index(prediction)
     size = self._buckets + 2
     acc[:, 0] += np.bincount(bucket, weights=label, minlength=size)
-    acc[:, 1] += np.bincount(bucket, weights=prediction[rows].astype(
-        np.float64), minlength=size)
+    acc[:, 1] += np.bincount(bucket, weights=prediction.astype(np.float64),
+                             minlength=size)
     acc[:, 2] += np.bincount(bucket, minlength=size)
 
   def output(self, acc):
@@ -273,18 +278,13 @@ class _BinaryCrossEntropy(_BatchedCombiner):
   rows' NumPy arrays in the same dtypes."""
 
   def __init__(self, combiner):
-    super().__init__(combiner)
-    self._key = combiner._metric_key  # pylint: disable=protected-access
-    _check_plain(combiner, self._key)
+    super().__init__(combiner, combiner._metric_key)  # pylint: disable=protected-access
 
   def acc(self):
     return np.zeros(2)
 
   def add(self, acc, batch, rows):
-    label, prediction = batch.labels_and_predictions(self._key.model_name,
-                                                     self._key.output_name)
-    values = _binary_cross_entropy(self.combiner, label[rows],
-                                   prediction[rows])
+    values = _binary_cross_entropy(self.combiner, *self.rows_of(batch, rows))
     acc += (np.sum(values, dtype=np.float64), len(rows))
 
   def output(self, acc):
