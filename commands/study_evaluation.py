@@ -1,4 +1,5 @@
-"""How the study evaluates a trained model: TFMA, as the Evaluator does.
+"""How the study evaluates a trained model: TFMA, as the Evaluator does
+(metrics in batches, components.evaluator).
 
 The Evaluator's EvalConfig without the change thresholds (there is no
 baseline), on the RAW eval examples, overall and by id-frequency bucket;
@@ -11,6 +12,7 @@ from typing import Dict, Mapping, Sequence
 from apache_beam.options.pipeline_options import PipelineOptions
 import tensorflow_model_analysis as tfma
 
+from components.evaluator import batched_evaluation
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_eval_config
 from trainer_module import contract
@@ -61,12 +63,15 @@ def tfma_metrics(serving_dir: str, eval_config: tfma.EvalConfig,
                  beam_args: Sequence[str]) -> Dict[str, Dict[str, float]]:
   """{slice name: {metric: value}} of one exported model, as the Evaluator
   computes them ('' is the overall slice)."""
+  eval_config = tfma.utils.update_eval_config_with_defaults(eval_config)
+  model = tfma.default_eval_shared_model(eval_saved_model_path=serving_dir,
+                                         eval_config=eval_config)
   result = tfma.run_model_analysis(
-      eval_shared_model=tfma.default_eval_shared_model(
-          eval_saved_model_path=serving_dir, eval_config=eval_config),
-      eval_config=eval_config, data_location=eval_pattern,
-      file_format="tfrecords", output_path=output_path,
-      pipeline_options=PipelineOptions(list(beam_args)))
+      eval_shared_model=model, eval_config=eval_config,
+      data_location=eval_pattern, file_format="tfrecords",
+      output_path=output_path,
+      pipeline_options=PipelineOptions(list(beam_args)),
+      **batched_evaluation(model, eval_config))
   slices = model_metrics_by_slice(result.slicing_metrics)
   if "" not in slices:
     raise LookupError(f"TFMA wrote no overall slice to {output_path}")

@@ -25,8 +25,6 @@ from typing import Any, Dict, List, Optional
 from absl import logging
 from ml_metadata.proto import metadata_store_pb2
 from tfx import types
-from tfx.components.evaluator import component as evaluator_component
-from tfx.components.evaluator import executor as evaluator_executor
 from tfx.dsl.components.base import base_component
 from tfx.dsl.components.base import base_executor
 from tfx.dsl.components.base import executor_spec
@@ -35,7 +33,6 @@ from tfx.proto import pusher_pb2
 from tfx.types import artifact_utils
 from tfx.types import component_spec
 from tfx.types import standard_artifacts
-from tfx.types import standard_component_specs
 from tfx.utils import io_utils
 from tfx.utils import path_utils
 from tfx.utils import proto_utils
@@ -126,22 +123,3 @@ def is_found(model: types.Artifact) -> bool:
   as an int: get_int_custom_property reads both.
   """
   return bool(model.get_int_custom_property(FOUND_PROPERTY))
-
-
-class EvaluatorExecutor(evaluator_executor.Executor):
-  """TFX's Evaluator, without a baseline when LatestPushedModel found none."""
-
-  def Do(self, input_dict: Dict[str, List[types.Artifact]],
-         output_dict: Dict[str, List[types.Artifact]],
-         exec_properties: Dict[str, Any]) -> None:
-    key = standard_component_specs.BASELINE_MODEL_KEY
-    if key in input_dict:
-      input_dict = {**input_dict,
-                    key: [m for m in input_dict[key] if is_found(m)]}
-    super().Do(input_dict, output_dict, exec_properties)
-
-
-class Evaluator(evaluator_component.Evaluator):
-  """Evaluator whose baseline may be LatestPushedModel's empty first-run
-  output."""
-  EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(EvaluatorExecutor)

@@ -23,7 +23,8 @@ Two metrics, computed by TFMA on the Evaluator's examples and slices:
 """
 
 import itertools
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import (Any, Callable, Dict, Iterable, List, Optional, Sequence,
+                    Tuple)
 
 import apache_beam as beam
 import numpy as np
@@ -102,6 +103,20 @@ class _DifferenceCombiner(beam.CombineFn):
     accumulator[:-1] += weight * relative_differences(first, second)
     accumulator[-1] += weight
     return accumulator
+
+  def add_batch(self, accumulator: np.ndarray,
+                predictions_of: Callable[[str, str], np.ndarray]) -> None:
+    """add_input over a batch's rows at once (components.sliced_metrics):
+    predictions_of(model_name, output_name) gives the rows' predictions."""
+    if self._example_weighted:
+      raise ValueError(f"{self._key.name}: the batched evaluator does not "
+                       "support example weights")
+    predictions = [predictions_of(model, output)
+                   for model, output in self._sources]
+    for i, (first, second) in enumerate(self._pairs):
+      accumulator[i] += np.sum(relative_differences(predictions[first],
+                                                    predictions[second]))
+    accumulator[-1] += len(predictions[0])
 
   def merge_accumulators(self, accumulators: Iterable[np.ndarray]
                         ) -> np.ndarray:

@@ -1,11 +1,13 @@
 """A/B timing of the Evaluator executor, CPU seconds around its Do() only.
 
-The executor is the pipeline's own (components.baseline.EvaluatorExecutor)
-with the pipeline's eval config (pipeline.pipeline.create_eval_config, Criteo
+The executor is the pipeline's own (components.evaluator.EvaluatorExecutor,
+metrics in batches), or TFX's with --tfx (TFMA's per-example evaluator), with
+the pipeline's Criteo schema and the pipeline's eval config (pipeline.pipeline.create_eval_config, Criteo
 defaults), run on the eval split of an ExampleGen output:
 
   PYTHONPATH=. .venv/bin/python docs/eval_ab.py MODEL EXAMPLES OUT \
-      [--baseline MODEL] [--profile FILE.prof] [--beam-arg=--ARG=VALUE ...]
+      [--baseline MODEL] [--tfx] [--profile FILE.prof] \
+      [--beam-arg=--ARG=VALUE ...]
 
 MODEL is a Trainer output (holding Format-Serving/). With --profile the
 run is under cProfile (FnApiRunner in memory, one worker: the whole pipeline
@@ -35,13 +37,18 @@ def main() -> None:
   parser.add_argument("examples")
   parser.add_argument("out")
   parser.add_argument("--baseline")
+  parser.add_argument("--tfx", action="store_true",
+                      help="TFX's Evaluator executor instead of the "
+                      "pipeline's")
   parser.add_argument("--profile")
   parser.add_argument("--beam-arg", dest="beam_args", action="append",
                       help="replaces the pipeline's direct-runner arguments "
                       "(repeatable), as `python -m pipeline run` does")
   args = parser.parse_args()
   # pylint: disable=g-import-not-at-top
+  from tfx.components.evaluator import executor as tfx_evaluator
   from components import baseline as baseline_lib
+  from components import evaluator as evaluator_lib
   from pipeline import config as config_lib
   from pipeline import pipeline as pipeline_lib
 
@@ -59,7 +66,10 @@ def main() -> None:
   examples = standard_artifacts.Examples()
   examples.uri = args.examples
   examples.split_names = artifact_utils.encode_split_names(["train", "eval"])
-  inputs = {specs.EXAMPLES_KEY: [examples],
+  schema = standard_artifacts.Schema()
+  schema.uri = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                            "schema", "criteo")
+  inputs = {specs.EXAMPLES_KEY: [examples], specs.SCHEMA_KEY: [schema],
             specs.MODEL_KEY: [model_artifact(args.model)]}
   if args.baseline:
     found = model_artifact(args.baseline)
@@ -70,8 +80,10 @@ def main() -> None:
   blessing = standard_artifacts.ModelBlessing()
   blessing.uri = os.path.join(args.out, "blessing")
   os.makedirs(blessing.uri)
-  run = baseline_lib.EvaluatorExecutor(
-      baseline_lib.EvaluatorExecutor.Context(
+  executor = (tfx_evaluator.Executor if args.tfx
+              else evaluator_lib.EvaluatorExecutor)
+  run = executor(
+      executor.Context(
           beam_pipeline_args=list(config.beam_args),
           tmp_dir=os.path.join(args.out, ".tmp"), unique_id="ab"))
   properties = {specs.EVAL_CONFIG_KEY: proto_utils.proto_to_json(eval_config),

@@ -21,7 +21,7 @@ from tfx.proto.orchestration import pipeline_pb2 as ir_pb2
 
 from components import lr_gate
 from components import prediction_difference
-from components.baseline import Evaluator
+from components.evaluator import Evaluator
 from components.baseline import LatestPushedModel
 from components.pusher import Pusher
 from components.raw_example_gen import RawCtrExampleGen
@@ -334,6 +334,7 @@ def create_pipeline(config: PipelineConfig,
       examples=example_gen.outputs["examples"],
       model=trainer.outputs["model"],
       baseline_model=baseline.outputs["model"],
+      schema=schema_gen.outputs["schema"],
       eval_config=create_eval_config(config))
   pusher = Pusher(
       model=trainer.outputs["model"],

@@ -1,4 +1,4 @@
-"""LatestPushedModel and the Evaluator that accepts its empty first output."""
+"""LatestPushedModel: the served model as the Evaluator's baseline."""
 
 import json
 import os
@@ -7,11 +7,9 @@ from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 from google.protobuf import struct_pb2
 from kfp.pipeline_spec import pipeline_spec_pb2
-from tfx.components.evaluator import executor as evaluator_executor
 from tfx.orchestration.kubeflow.v2.container import (
     kubeflow_v2_entrypoint_utils)
 from tfx.types import standard_artifacts
-from tfx.types import standard_component_specs
 
 from components import baseline
 from pipeline import config as config_lib
@@ -90,19 +88,6 @@ def test_kubeflow_custom_properties_are_read_too():
     model, = kubeflow_v2_entrypoint_utils.parse_raw_artifact_dict(
         {"model": runtime})["model"]
     assert baseline.is_found(model) is found
-
-
-def test_the_evaluator_drops_a_baseline_that_was_not_found(monkeypatch):
-  seen = []
-  monkeypatch.setattr(evaluator_executor.Executor, "Do",
-                      lambda self, inputs, outputs, props: seen.append(inputs))
-  key = standard_component_specs.BASELINE_MODEL_KEY
-  for found in (0, 1):
-    model = standard_artifacts.Model()
-    model.set_int_custom_property(baseline.FOUND_PROPERTY, found)
-    baseline.EvaluatorExecutor().Do({key: [model], "model": []}, {}, {})
-  assert seen[0][key] == [] and len(seen[1][key]) == 1
-  assert seen[0]["model"] == []
 
 
 def test_outcome_and_report_skip_baseline_copies():

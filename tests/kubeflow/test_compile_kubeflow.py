@@ -119,7 +119,7 @@ def test_the_baseline_is_the_served_model_and_never_cached(spec):
   assert (container(spec, pipeline_lib.BASELINE_ID)["args"][1] ==
           "components.baseline.Executor")
   assert (container(spec, "Evaluator")["args"][1] ==
-          "components.baseline.EvaluatorExecutor")
+          "components.evaluator.EvaluatorExecutor")
   assert tasks(spec)["Evaluator"]["inputs"]["artifacts"]["baseline_model"] == {
       "taskOutputArtifact": {"producerTask": pipeline_lib.BASELINE_ID,
                              "outputArtifactKey": "model"}}
