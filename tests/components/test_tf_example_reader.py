@@ -7,31 +7,16 @@ import pyarrow as pa
 import pytest
 import tensorflow as tf
 from tfx.types import artifact_utils
-from tfx.types import standard_artifacts
 from tfx.utils import io_utils
 from tfx_bsl.coders import example_coder
 
-from commands import generate
 from components import tf_example_reader
-from components.raw_example_gen import component as example_gen
-from components.raw_example_gen import executor as example_gen_executor
 from pipeline.config import REPO_ROOT
 
-ROWS = 3000
 
-
-@pytest.fixture(scope="module")
-def examples(tmp_path_factory):
-  """RawCtrExampleGen's output for ROWS generated Criteo rows."""
-  root = tmp_path_factory.mktemp("tf_example_reader")
-  generate.write_synthetic("criteo", ROWS, 5, str(root / "in" / "train.txt"))
-  gen = example_gen.RawCtrExampleGen(input_base=str(root / "in"),
-                                     dataset="criteo")
-  artifact = standard_artifacts.Examples()
-  artifact.uri = str(root / "examples")
-  example_gen_executor.Executor().Do({}, {"examples": [artifact]},
-                                     dict(gen.exec_properties))
-  return artifact
+@pytest.fixture(name="examples")
+def _examples(criteo_examples):
+  return criteo_examples
 
 
 def test_the_reader_decodes_as_tfxio(examples):
