@@ -8,9 +8,9 @@ pipeline's configuration, with TFMA's own extractors, writers and
 validation:
 * the eval config completed as TFX completes it (a baseline model when
   LatestPushedModel found one, rubber stamp otherwise);
-* the eval split read and parsed by TensorFlow (ExamplesToRecordBatches):
-  batches of EVAL_BATCH_SIZE serialized examples, of which only the labels
-  and slicing features are decoded, by the schema;
+* the eval split read and parsed by TensorFlow
+  (components.tf_example_reader): batches of EVAL_BATCH_SIZE serialized
+  examples, of which only the labels and slicing features are decoded;
 * the candidate and baseline models' serving signatures, through TFMA's
   extractors;
 * the metrics, slices and diffs by the batched evaluator;
@@ -19,23 +19,18 @@ validation:
 """
 
 import os
-from typing import Any, Dict, Iterable, List
+from typing import Any, Dict, List
 
 from absl import logging
 import apache_beam as beam
-import numpy as np
-import pyarrow as pa
-import tensorflow as tf
 from tensorflow_metadata.proto.v0 import schema_pb2
 import tensorflow_model_analysis as tfma
 from tensorflow_model_analysis.extractors import extractor as tfma_extractor
 from tfx import types
 from tfx.components.evaluator import component as evaluator_component
 from tfx.components.evaluator import constants
-from tfx.components.util import tfxio_utils
 from tfx.dsl.components.base import base_beam_executor
 from tfx.dsl.components.base import executor_spec
-from tfx.dsl.io import fileio
 from tfx.types import artifact_utils
 from tfx.types import standard_component_specs as specs
 from tfx.utils import io_utils
@@ -46,11 +41,12 @@ from tfx_bsl.tfxio import tensor_adapter
 
 from components import baseline
 from components import sliced_metrics
+from components import tf_example_reader
 
 # Serialized examples per batch: the models' signatures and the metrics run
 # once per batch, so their fixed costs vanish at this size
 # (docs/benchmark_eval.md).
-EVAL_BATCH_SIZE = 4096
+EVAL_BATCH_SIZE = tf_example_reader.DEFAULT_BATCH_SIZE
 # TFMA's extractors that unbatch and slice per example: the batched
 # evaluator slices the batches itself.
 _PER_EXAMPLE_STAGES = ("ExtractUnbatchedInputs", "ExtractSliceKeys")
@@ -84,58 +80,6 @@ def read_features(eval_config: tfma.EvalConfig,
   wanted.update(k for spec in eval_config.slicing_specs
                 for k in spec.feature_keys)
   return sorted(f.name for f in schema.feature if f.name in wanted)
-
-
-class ExamplesToRecordBatches(beam.DoFn):
-  """Files of serialized tf.Examples -> Arrow RecordBatches of batch_size
-  rows: the serialized records (the models read them) and the columns of
-  arrow_schema, as TFXIO's BeamSource would give them.
-
-  TensorFlow reads and parses here: tf.data's reader and tf.io.parse_example
-  of the few columns the evaluation reads take ~2 us per example, where
-  Beam's Python TFRecord reader and tfx_bsl's decoder took ~35 us, half of
-  the Evaluator's time (docs/benchmark_eval.md). The values are the same.
-  """
-
-  def __init__(self, schema: schema_pb2.Schema, arrow_schema: pa.Schema,
-               batch_size: int):
-    self._schema = schema
-    self._arrow_schema = arrow_schema
-    self._batch_size = batch_size
-    self._spec = None
-
-  def setup(self):
-    kinds = {schema_pb2.INT: tf.int64, schema_pb2.FLOAT: tf.float32,
-             schema_pb2.BYTES: tf.string}
-    types_by_name = {f.name: kinds[f.type] for f in self._schema.feature}
-    self._spec = {field.name: tf.io.VarLenFeature(types_by_name[field.name])
-                  for field in self._arrow_schema
-                  if field.name != tfma.ARROW_INPUT_COLUMN}
-
-  def process(self, paths: List[str]) -> Iterable[pa.RecordBatch]:
-    """All files in one stream: ExampleGen writes an eval file per input
-    chunk (167 of ~550 examples at full size), and batches must be large."""
-    compressed = {path.endswith(".gz") for path in paths}
-    if len(compressed) > 1:
-      raise ValueError(f"eval files both gzipped and not: {paths}")
-    records = tf.data.TFRecordDataset(
-        paths, compression_type="GZIP" if compressed.pop() else "")
-    for serialized in records.batch(self._batch_size):
-      parsed = tf.io.parse_example(serialized, self._spec)
-      size = int(serialized.shape[0])
-      columns = []
-      for field in self._arrow_schema:
-        if field.name == tfma.ARROW_INPUT_COLUMN:
-          rows, values = np.arange(size), serialized.numpy()
-        else:
-          rows = parsed[field.name].indices[:, 0].numpy()
-          values = parsed[field.name].values.numpy()
-        offsets = np.concatenate(
-            [[0], np.cumsum(np.bincount(rows, minlength=size))])
-        columns.append(pa.LargeListArray.from_arrays(
-            pa.array(offsets, pa.int64()),
-            pa.array(values, field.type.value_type)))
-      yield pa.RecordBatch.from_arrays(columns, schema=self._arrow_schema)
 
 
 class EvaluatorExecutor(base_beam_executor.BaseBeamExecutor):
@@ -175,25 +119,18 @@ class EvaluatorExecutor(base_beam_executor.BaseBeamExecutor):
                        "features by the schema: give it the schema input")
     schema = io_utils.SchemaReader().read(io_utils.get_only_uri_in_dir(
         artifact_utils.get_single_uri(input_dict[specs.SCHEMA_KEY])))
-    # TFXIO's view of the read columns: the Arrow types and tensor
-    # representations TFMA's FeaturesExtractor expects.
-    view = tfxio_utils.get_tfxio_factory_from_artifact(
-        examples=examples, telemetry_descriptors=["Evaluator"],
-        schema=schema, raw_record_column_name=tfma.ARROW_INPUT_COLUMN)(
-            "").Project(read_features(eval_config, schema))
+    patterns = [io_utils.all_files_pattern(uri) for split in splits
+                for uri in artifact_utils.get_split_uris(examples, split)]
+    reader = tf_example_reader.TensorFlowExampleRecord(
+        file_pattern=patterns, schema=schema,
+        raw_record_column_name=tfma.ARROW_INPUT_COLUMN,
+        telemetry_descriptors=["Evaluator"]).Project(
+            read_features(eval_config, schema))
     tensor_adapter_config = tensor_adapter.TensorAdapterConfig(
-        arrow_schema=view.ArrowSchema(),
-        tensor_representations=view.TensorRepresentations())
-    files = sorted(path for split in splits
-                   for uri in artifact_utils.get_split_uris(examples, split)
-                   for path in fileio.glob(io_utils.all_files_pattern(uri)))
-    if not files:
-      raise ValueError(f"no eval examples: the splits {splits} of "
-                       f"{examples[0].uri} hold no files")
+        arrow_schema=reader.ArrowSchema(),
+        tensor_representations=reader.TensorRepresentations())
     with self._make_beam_pipeline() as pipeline:
-      _ = (pipeline | "Files" >> beam.Create([files])
-           | "ReadAndDecode" >> beam.ParDo(ExamplesToRecordBatches(
-               schema, view.ArrowSchema(), EVAL_BATCH_SIZE))
+      _ = (pipeline | "ReadEvalSplits" >> reader.BeamSource(EVAL_BATCH_SIZE)
            | "ExtractEvaluateAndWriteResults" >>
            tfma.ExtractEvaluateAndWriteResults(
                eval_shared_model=eval_shared_model, eval_config=eval_config,

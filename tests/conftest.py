@@ -1,5 +1,33 @@
-"""Test-wide setup: Keras 3, as every entry point decides (keras_version)."""
+"""Test-wide setup: Keras 3, as every entry point decides (keras_version);
+fixtures several rooms' tests share."""
+
+import pytest
 
 from trainer_module import keras_version
 
 keras_version.pin_keras3()
+
+CRITEO_EXAMPLE_ROWS = 3000
+
+
+@pytest.fixture(scope="module")
+def criteo_examples(tmp_path_factory):
+  """RawCtrExampleGen's output for CRITEO_EXAMPLE_ROWS generated Criteo
+  rows."""
+  # After pin_keras3: these import TensorFlow.
+  # pylint: disable=g-import-not-at-top
+  from tfx.types import standard_artifacts
+  from commands import generate
+  from components.raw_example_gen import component as example_gen
+  from components.raw_example_gen import executor as example_gen_executor
+  # pylint: enable=g-import-not-at-top
+  root = tmp_path_factory.mktemp("criteo_examples")
+  generate.write_synthetic("criteo", CRITEO_EXAMPLE_ROWS, 5,
+                           str(root / "in" / "train.txt"))
+  gen = example_gen.RawCtrExampleGen(input_base=str(root / "in"),
+                                     dataset="criteo")
+  artifact = standard_artifacts.Examples()
+  artifact.uri = str(root / "examples")
+  example_gen_executor.Executor().Do({}, {"examples": [artifact]},
+                                     dict(gen.exec_properties))
+  return artifact

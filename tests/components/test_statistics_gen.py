@@ -11,26 +11,13 @@ import tensorflow_data_validation as tfdv
 from tfx.components.statistics_gen import executor as tfx_executor
 from tfx.types import standard_artifacts
 
-from commands import generate
 from components import statistics_gen
-from components.raw_example_gen import component as example_gen
-from components.raw_example_gen import executor as example_gen_executor
-
-ROWS = 3000
+from conftest import CRITEO_EXAMPLE_ROWS as ROWS
 
 
-@pytest.fixture(scope="module")
-def examples(tmp_path_factory):
-  """RawCtrExampleGen's output for ROWS generated Criteo rows."""
-  root = tmp_path_factory.mktemp("statistics_gen")
-  generate.write_synthetic("criteo", ROWS, 5, str(root / "in" / "train.txt"))
-  gen = example_gen.RawCtrExampleGen(input_base=str(root / "in"),
-                                     dataset="criteo")
-  artifact = standard_artifacts.Examples()
-  artifact.uri = str(root / "examples")
-  example_gen_executor.Executor().Do({}, {"examples": [artifact]},
-                                     dict(gen.exec_properties))
-  return artifact
+@pytest.fixture(name="examples")
+def _examples(criteo_examples):
+  return criteo_examples
 
 
 def _statistics(executor_class, examples, tmp_path, options):
