@@ -50,5 +50,6 @@ def transform_once(config: PipelineConfig) -> TransformedInputs:
   """Runs the pipeline up to Transform (cached on re-runs) and finds it."""
   runner.check_input(config.data)
   os.makedirs(config.output, exist_ok=True)
-  BeamDagRunner().run(create_pipeline(config, until_transform=True))
+  with runner.run_temp_dir():
+    BeamDagRunner().run(create_pipeline(config, until_transform=True))
   return transform_artifacts(config)

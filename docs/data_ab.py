@@ -4,7 +4,7 @@ Run it with the code under test first on PYTHONPATH, e.g.:
   PYTHONPATH=/work/main .venv/bin/python docs/data_ab.py examplegen RAW OUT
   PYTHONPATH=. .venv/bin/python docs/data_ab.py examplegen RAW OUT
   PYTHONPATH=. .venv/bin/python docs/data_ab.py transform EXAMPLEGEN_OUT OUT \
-      [MIN_FREQUENCY [stats|analyze-only]]
+      [MIN_FREQUENCY [stats|analyze-only [tfx]]]
   PYTHONPATH=. .venv/bin/python docs/data_ab.py statistics EXAMPLEGEN_OUT OUT \
       [STATS_OPTIONS_JSON [tfx]]
 On a shared machine CPU seconds compare; wall seconds mostly measure the queue.
@@ -52,12 +52,17 @@ def _examplegen(raw: str, out: str):
 
 
 def _transform(examples_uri: str, out: str, min_frequency: str = "10",
-               mode: str = ""):
-  """Transform's executor, with disable_statistics as the pipeline sets it.
+               mode: str = "", executor_of: str = "pipeline"):
+  """The pipeline's Transform executor ('tfx': TFX's own, which reads with
+  Beam and tfx_bsl), with disable_statistics as the pipeline sets it.
   mode 'stats': TFX's pre- and post-transform statistics too (the component's
   default); 'analyze-only': no transformed examples, as
   Transform(materialize=False)."""
-  from tfx.components.transform import executor  # pylint: disable=g-import-not-at-top
+  # pylint: disable=g-import-not-at-top
+  if executor_of == "tfx":
+    from tfx.components.transform import executor
+  else:
+    from components import transform as executor  # pylint: disable=reimported
   examples = standard_artifacts.Examples()
   examples.uri = examples_uri
   examples.split_names = artifact_utils.encode_split_names(["train", "eval"])

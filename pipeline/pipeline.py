@@ -27,6 +27,7 @@ from components.pusher import Pusher
 from components.raw_example_gen import RawCtrExampleGen
 from components.statistics_gen import StatisticsGen
 from components.strict_example_validator import StrictExampleValidator
+from components.transform import Transform
 from components.tuner import CtrTuner
 from pipeline.config import DIRECT_BEAM_ARGS
 from pipeline.config import PREPROCESSING_FN
@@ -271,7 +272,7 @@ def create_pipeline(config: PipelineConfig,
   example_validator = StrictExampleValidator(
       statistics=statistics_gen.outputs["statistics"],
       schema=schema_gen.outputs["schema"])
-  transform = tfx.components.Transform(
+  transform = Transform(
       examples=example_gen.outputs["examples"],
       schema=schema_gen.outputs["schema"],
       preprocessing_fn=PREPROCESSING_FN,

@@ -7,7 +7,10 @@ LocalDagRunner, and reads the outcome back from ML Metadata
 evaluation are.
 """
 
+import contextlib
 import os
+import tempfile
+from typing import Iterator
 
 from tfx import v1 as tfx
 from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
@@ -48,11 +51,28 @@ def read_outcome(config: PipelineConfig) -> metadata.RunOutcome:
   return metadata.read_outcome_at(config.metadata_path)
 
 
+@contextlib.contextmanager
+def run_temp_dir() -> Iterator[None]:
+  """Python's temporary files in one directory for the length of a local
+  run, removed when it ends. Every TFX Beam executor builds an ephemeral
+  source package of TFX (~16 MB) in its own tempfile.mkdtemp() for remote
+  Beam workers and never deletes it; the local runners never read it. One
+  `make test` left 138 of them."""
+  shared = tempfile.tempdir
+  with tempfile.TemporaryDirectory(prefix="ctr-run-") as run_dir:
+    tempfile.tempdir = run_dir
+    try:
+      yield
+    finally:
+      tempfile.tempdir = shared
+
+
 def run_pipeline(config: PipelineConfig) -> metadata.RunOutcome:
   """Runs the whole pipeline for `config` and returns its outcome."""
   check_input(config.data)
   os.makedirs(config.output, exist_ok=True)
   runner = (tfx.orchestration.LocalDagRunner() if config.runner == "local"
             else BeamDagRunner())
-  runner.run_with_ir(local_ir(create_pipeline(config)))
+  with run_temp_dir():
+    runner.run_with_ir(local_ir(create_pipeline(config)))
   return read_outcome(config)

@@ -2,6 +2,7 @@
 
 import os
 
+from components import transform as transform_lib
 from pipeline import config as config_lib
 from pipeline import pipeline as pipeline_lib
 
@@ -46,6 +47,17 @@ def test_transform_writes_no_analyzer_cache(tmp_path):
                   if c.id == "Transform"]
   assert "updated_analyzer_cache" not in transform.outputs
   assert "analyzer_cache" not in transform.inputs
+
+
+def test_transform_reads_with_tensorflow(tmp_path):
+  # TFX's Transform with TensorFlow's reader: the same outputs
+  # (tests/components/test_transform.py) at about half the CPU per row
+  # (docs/benchmark_data.md).
+  config = config_lib.PipelineConfig(dataset="criteo", data=str(tmp_path),
+                                     output=str(tmp_path / "out"))
+  (transform,) = [c for c in pipeline_lib.create_pipeline(config).components
+                  if c.id == "Transform"]
+  assert transform.executor_spec.executor_class is transform_lib.Executor
 
 
 def test_a_worker_per_core_only_on_big_local_inputs():
