@@ -103,11 +103,12 @@ def multiprocess_beam_args(beam_args: Tuple[str, ...], rows: Optional[int],
   """StatisticsGen's own Beam arguments, added to the pipeline's
   `beam_args`.
 
-  StatisticsGen reads every input row through Beam's per-record Python, on
-  one core in the in-memory runner. With the default local runner
-  (DIRECT_BEAM_ARGS) and at least MULTIPROCESS_MIN_ROWS input `rows`, it
-  runs one worker process per core: 1.4x faster at 1M rows and 1.7x at 10M
-  on 2 cores (docs/benchmark_data.md). Its counts (what the schema gate
+  StatisticsGen reads and hashes every input record, on one core in the
+  in-memory runner. With the default local runner (DIRECT_BEAM_ARGS) and at
+  least MULTIPROCESS_MIN_ROWS input `rows`, it runs one worker process per
+  core: 1.4x faster at 1M rows and 1.7x at 10M on 2 cores, measured when it
+  read with Beam's Python reader (docs/benchmark_data.md; its tf.data reader
+  was measured with two workers only). Its counts (what the schema gate
   checks) are the same; its means and sketches differ in summation and
   merge order. Transform keeps one worker: two were 1.7x faster at 10M rows
   but took its process tree from 2.3 to 4.3 GiB, past the 4 GiB bound (each
