@@ -1,6 +1,7 @@
 """Transform reading with TensorFlow gives what TFX's Transform gives."""
 
 import glob
+import inspect
 import json
 import os
 
@@ -80,6 +81,14 @@ def test_graphs_transform_every_example_alike(outputs, criteo_examples):
       for name, tensor in expected.items():
         np.testing.assert_array_equal(got[name].numpy(), tensor.numpy(),
                                       err_msg=name)
+
+
+def test_tfx_do_creates_the_processor_the_executor_swaps():
+  # The executor's only hook: TFX's Do creating TransformProcessor by the
+  # module's name. If an upgrade changed that, the swap would be silently
+  # ignored and only the benchmark would notice.
+  assert "TransformProcessor().Transform(" in inspect.getsource(
+      tfx_executor.Executor.Do)
 
 
 def test_the_processor_reads_with_tensorflow_and_is_swapped_back(
