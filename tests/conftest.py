@@ -31,3 +31,14 @@ def criteo_examples(tmp_path_factory):
   example_gen_executor.Executor().Do({}, {"examples": [artifact]},
                                      dict(gen.exec_properties))
   return artifact
+
+
+def split_records(examples, split: str) -> list:
+  """The serialized records of one split of an Examples artifact."""
+  import glob  # pylint: disable=g-import-not-at-top
+  import os  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  files = sorted(glob.glob(os.path.join(examples.uri, f"Split-{split}",
+                                        "*.gz")))
+  return [r.numpy() for r in tf.data.TFRecordDataset(
+      files, compression_type="GZIP")]

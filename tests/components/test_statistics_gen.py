@@ -1,18 +1,17 @@
 """StatisticsGen sampling serialized records before decoding them."""
 
-import glob
 import json
 import os
 import zlib
 
 import pytest
-import tensorflow as tf
 import tensorflow_data_validation as tfdv
 from tfx.components.statistics_gen import executor as tfx_executor
 from tfx.types import standard_artifacts
 
 from components import statistics_gen
 from conftest import CRITEO_EXAMPLE_ROWS as ROWS
+from conftest import split_records
 
 
 @pytest.fixture(name="examples")
@@ -30,13 +29,6 @@ def _statistics(executor_class, examples, tmp_path, options):
   return {split: tfdv.load_stats_binary(os.path.join(
       output.uri, f"Split-{split}", tfx_executor.DEFAULT_FILE_NAME)).datasets[0]
           for split in ("train", "eval")}, output
-
-
-def _records(examples, split):
-  files = sorted(glob.glob(os.path.join(examples.uri, f"Split-{split}",
-                                        "*.gz")))
-  return [r.numpy() for r in tf.data.TFRecordDataset(
-      files, compression_type="GZIP")]
 
 
 def test_keep_record_keeps_its_share_the_same_each_time():
@@ -81,7 +73,7 @@ def test_sampled_statistics_count_exactly_the_hashed_records(examples,
   ours, output = _statistics(statistics_gen.Executor, examples, tmp_path,
                              options)
   for split in ("train", "eval"):
-    records = _records(examples, split)
+    records = split_records(examples, split)
     expected = sum(zlib.crc32(r) < rate * 2**32 for r in records)
     assert ours[split].num_examples == expected
     assert 0.2 * len(records) < expected < 0.4 * len(records)

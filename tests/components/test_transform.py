@@ -1,6 +1,5 @@
 """Transform reading with TensorFlow gives what TFX's Transform gives."""
 
-import glob
 import inspect
 import json
 import os
@@ -17,6 +16,7 @@ from tfx.types import standard_component_specs as specs
 
 from components import transform
 from components.tf_example_reader import TensorFlowExampleRecord
+from conftest import split_records
 
 _SCHEMA_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "schema",
                            "criteo")
@@ -38,12 +38,6 @@ def _run(executor_class, examples, out_dir):
                                             "min_frequency": 2}),
        specs.DISABLE_STATISTICS_KEY: 1})
   return tft.TFTransformOutput(graph.uri)
-
-
-def _records(examples, split):
-  files = sorted(glob.glob(os.path.join(
-      artifact_utils.get_split_uri([examples], split), "*")))
-  return tf.data.TFRecordDataset(files, compression_type="GZIP")
 
 
 @pytest.fixture(name="outputs", scope="module")
@@ -72,15 +66,15 @@ def test_graphs_transform_every_example_alike(outputs, criteo_examples):
   tfx_output, ours = outputs
   assert ours.raw_feature_spec() == tfx_output.raw_feature_spec()
   for split in ("train", "eval"):
-    for serialized in _records(criteo_examples, split).batch(1000):
-      raw = tf.io.parse_example(serialized, tfx_output.raw_feature_spec())
-      expected = tfx_output.transform_raw_features(
-          raw, drop_unused_features=True)
-      got = ours.transform_raw_features(raw, drop_unused_features=True)
-      assert sorted(got) == sorted(expected)
-      for name, tensor in expected.items():
-        np.testing.assert_array_equal(got[name].numpy(), tensor.numpy(),
-                                      err_msg=name)
+    raw = tf.io.parse_example(split_records(criteo_examples, split),
+                              tfx_output.raw_feature_spec())
+    expected = tfx_output.transform_raw_features(raw,
+                                                 drop_unused_features=True)
+    got = ours.transform_raw_features(raw, drop_unused_features=True)
+    assert sorted(got) == sorted(expected)
+    for name, tensor in expected.items():
+      np.testing.assert_array_equal(got[name].numpy(), tensor.numpy(),
+                                    err_msg=name)
 
 
 def test_tfx_do_creates_the_processor_the_executor_swaps():
