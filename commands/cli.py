@@ -84,7 +84,7 @@ def _tune(args: argparse.Namespace) -> int:
 
 def _generate(args: argparse.Namespace) -> int:
   summary = generate.write_synthetic(args.format, args.rows, args.seed,
-                                     args.out)
+                                     args.out, top_ids=args.top_ids)
   print(summary)
   return 0
 
@@ -121,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
   gen.add_argument("--rows", type=int, required=True)
   gen.add_argument("--seed", type=int, default=0)
   gen.add_argument("--out", required=True, help="output file path")
+  gen.add_argument("--top-ids", type=int, default=None, metavar="K",
+                   help="keep each field's K most frequent ids, one shared "
+                   "id for the rest (the CowClip paper's Table 1 data)")
   gen.set_defaults(handler=_generate)
   rep = commands.add_parser(
       "report", help="write DIR/report/index.html and print the summary")

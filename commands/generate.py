@@ -31,7 +31,7 @@ import math
 import os
 import secrets
 import zlib
-from typing import Dict, Mapping, Optional, Tuple
+from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -612,8 +612,22 @@ def _format_rows(world: _World, seed: int, sampled: _Rows,
 # ------------------------------------------------------------- public API --
 
 
+def keep_top_ids(keys: Mapping[str, np.ndarray], fields: Sequence[str],
+                 top_ids: int) -> Dict[str, np.ndarray]:
+  """The CowClip paper's Table 1 data: each field keeps its ``top_ids`` most
+  frequent ids and every other id becomes one shared id (missing stays).
+
+  Applied after the labels are drawn from the full ids, as the paper
+  applied it to the real logs: what the rare ids said about clicks is lost.
+  """
+  shared = np.uint64(top_ids + 1)
+  return {name: (np.minimum(key, shared) if name in fields else key)
+          for name, key in keys.items()}
+
+
 def write_synthetic(fmt: str, rows: int, seed: int, out: str, *,
-                    chunk_rows: int = DEFAULT_CHUNK_ROWS
+                    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+                    top_ids: Optional[int] = None
                    ) -> GenerationSummary:
   """Writes ``rows`` synthetic rows of dataset ``fmt`` in its raw layout.
 
@@ -627,6 +641,8 @@ def write_synthetic(fmt: str, rows: int, seed: int, out: str, *,
     out: path of the file to write; parent directories are created.
     chunk_rows: rows generated and written at a time (bounds memory; part of
       what determines the bytes, like ``seed``).
+    top_ids: if set, write only the top_ids most frequent ids of every id
+      field and one shared id for the rest (keep_top_ids); same labels.
 
   Returns:
     A GenerationSummary of the written file.
@@ -638,7 +654,8 @@ def write_synthetic(fmt: str, rows: int, seed: int, out: str, *,
   world = _WORLDS[spec.name]
   _check_world(world)
   for arg, value, low in (("rows", rows, 1), ("seed", seed, 0),
-                          ("chunk_rows", chunk_rows, 1)):
+                          ("chunk_rows", chunk_rows, 1),
+                          ("top_ids", 1 if top_ids is None else top_ids, 1)):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
       raise ValueError(f"{arg} must be an integer, got {value!r}")
     if value < low:
@@ -667,6 +684,9 @@ def write_synthetic(fmt: str, rows: int, seed: int, out: str, *,
         logit = bias + _logit_without_bias(world, sampled)
         labels = rng.random(row_index.shape[0]) < _sigmoid(logit)
         clicks += int(labels.sum())
+        if top_ids is not None:
+          sampled = dataclasses.replace(sampled, keys=keep_top_ids(
+              sampled.keys, tuple(world.ids), top_ids))
         written += f.write(_format_rows(world, seed, sampled, labels,
                                         row_index))
     os.replace(temp_path, out)
