@@ -36,6 +36,7 @@ from commands import report
 from commands import report_reading
 from commands import report_text
 from commands import study
+from commands import synthetic_profile
 from commands import tune
 from pipeline import config as config_lib
 from pipeline import runner
@@ -84,7 +85,9 @@ def _tune(args: argparse.Namespace) -> int:
 
 def _generate(args: argparse.Namespace) -> int:
   summary = generate.write_synthetic(args.format, args.rows, args.seed,
-                                     args.out, top_ids=args.top_ids)
+                                     args.out, top_ids=args.top_ids,
+                                     id_profile=args.id_profile,
+                                     rare_signal=args.rare_signal)
   print(summary)
   return 0
 
@@ -124,6 +127,15 @@ def build_parser() -> argparse.ArgumentParser:
   gen.add_argument("--top-ids", type=int, default=None, metavar="K",
                    help="keep each field's K most frequent ids, one shared "
                    "id for the rest (the CowClip paper's Table 1 data)")
+  gen.add_argument("--id-profile", default="default",
+                   choices=synthetic_profile.PROFILES,
+                   help="id-frequency profile: default, or kaggle (fitted "
+                   "to the real Criteo train.txt's distinct counts; "
+                   "docs/generator.md)")
+  gen.add_argument("--rare-signal", type=float, default=0.0, metavar="BETA",
+                   help="an id of frequency rank k gets a hidden weight of "
+                   "scale (k+1)^BETA: > 0 puts more of the click signal on "
+                   "rare ids (default 0)")
   gen.set_defaults(handler=_generate)
   rep = commands.add_parser(
       "report", help="write DIR/report/index.html and print the summary")

@@ -13,6 +13,7 @@ from sklearn.metrics import roc_auc_score
 from sklearn.preprocessing import OneHotEncoder
 
 from commands import generate
+from commands import synthetic_world
 from trainer_module import features
 
 # The real Kaggle Avazu header, the format contract the file must meet.
@@ -256,11 +257,11 @@ def test_directory_as_out_is_rejected(tmp_path):
 
 
 def test_tables_must_match_the_feature_specs():
-  world = generate._WORLDS["criteo"]
+  world = synthetic_world.WORLDS["criteo"]
   ids = dict(world.ids)
   del ids["C26"]
   with pytest.raises(ValueError, match=r"id fields \['C26'\]"):
-    generate._check_world(dataclasses.replace(world, ids=ids))
+    synthetic_world.check_world(dataclasses.replace(world, ids=ids))
 
 
 def test_text_blocks_match_python():
@@ -285,6 +286,6 @@ def test_text_blocks_match_python():
 @pytest.mark.parametrize("exponent", [1.0, 1.1])
 def test_power_law_ranks_stay_in_support(exponent):
   u = np.array([0.0, 1e-12, 0.5, 1.0 - 1e-16])
-  ranks = generate._power_law_ranks(u, 1000, exponent)
+  ranks = synthetic_world.power_law_ranks(u, 1000, exponent)
   assert ranks[0] == 0 and ranks.min() >= 0 and ranks.max() <= 999
   assert ranks[-1] >= 900
