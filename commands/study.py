@@ -141,8 +141,36 @@ def train_baseline(config: PipelineConfig, train_files: Sequence[str],
   return baseline
 
 
+class LastEpochWeights(keras.callbacks.Callback):
+  """The weights of the last epoch trained. Keras ends training with the
+  best epoch's (trainer.fit's early stopping restores them when training
+  ends); this callback comes before it, so it sees the last ones."""
+
+  def __init__(self):
+    super().__init__()
+    self.weights = None
+
+  def on_train_end(self, logs=None):
+    self.weights = self.model.get_weights()
+
+
+def evaluate(serving_dir: str, tfma_dir: str, config: PipelineConfig,
+             setup: StudySetup) -> Dict[str, object]:
+  """The study.csv metric columns of the model exported to serving_dir
+  (TFMA writes to tfma_dir)."""
+  return study_evaluation.metrics_row(study_evaluation.tfma_metrics(
+      serving_dir, study_evaluation.study_eval_config(config),
+      study_data.split_pattern(setup.inputs.raw_examples, "eval"),
+      tfma_dir, config.beam_args), config.replicas)
+
+
 def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
-  """Trains one run as run_fn does, evaluates it, returns its study.csv row."""
+  """Trains one run as run_fn does, evaluates it, returns its study.csv row.
+
+  The kept model is the best epoch's (early stopping). With one replica,
+  the last epoch's model is evaluated too (last_* columns), its bias
+  refitted the same way: the paper reports the model after its epochs.
+  """
   config = run_config(setup.config, run)
   trainer_settings = config.trainer_settings
   data = trainer.training_data(
@@ -160,12 +188,13 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
          "push": config.push if config.replicas > 1 else "",
          "dense_lr": hparams["dense_lr"], "embed_lr": hparams["embed_lr"],
          "l2": hparams["l2"], "train_examples": data.train_examples}
+  last_epoch = LastEpochWeights()
   start = time.perf_counter()
   try:
     replicas, trained = trainer.train_replicas(
         trainer_settings, data, list(setup.train_files),
         setup.tf_transform_output, {}, log_dir=None, seed=run.seed,
-        verbose=0)
+        verbose=0, callbacks=[last_epoch] if config.replicas == 1 else [])
   except training.NonFiniteLossError as error:
     print(f"{run.key}: diverged: {error}", flush=True)
     row.update(train_seconds=time.perf_counter() - start, diverged=True)
@@ -191,10 +220,24 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
   trainer.export_serving_model(replicas, setup.baseline,
                                setup.tf_transform_output, trainer_settings,
                                serving_dir)
-  row.update(study_evaluation.metrics_row(study_evaluation.tfma_metrics(
-      serving_dir, study_evaluation.study_eval_config(config),
-      study_data.split_pattern(setup.inputs.raw_examples, "eval"),
-      os.path.join(run_dir, "tfma"), config.beam_args), config.replicas))
+  row.update(evaluate(serving_dir, os.path.join(run_dir, "tfma"), config,
+                      setup))
+  last = {"last_auc": row["auc"], "last_logloss": row["logloss"],
+          "last_calibration": row["calibration"]}
+  if config.replicas == 1 and trained["epochs_run"] > trained["best_epoch"]:
+    model = replicas[0]
+    model.set_weights(last_epoch.weights)
+    training.recalibrate_bias(model, data.validation)
+    last_dir = os.path.join(run_dir, "serving_last")
+    trainer.export_serving_model([model], setup.baseline,
+                                 setup.tf_transform_output, trainer_settings,
+                                 last_dir)
+    metrics = evaluate(last_dir, os.path.join(run_dir, "tfma_last"), config,
+                       setup)
+    last = {f"last_{k}": metrics[k] for k in ("auc", "logloss", "calibration")}
+  elif config.replicas > 1:
+    last = {}
+  row.update(last)
   return row
 
 

@@ -80,15 +80,16 @@ def tfma_metrics(serving_dir: str, eval_config: tfma.EvalConfig,
 
 def model_metrics_by_slice(slicing_metrics) -> Dict[str, Dict[str, float]]:
   """{slice name: {metric: value}} of the model's output from TFMA's
-  EvalResult.slicing_metrics (the logistic-regression output left out);
-  a replica output's metrics as 'replica_<i>/<metric>'."""
+  EvalResult.slicing_metrics; a replica's or the logistic-regression
+  baseline's metrics as '<output>/<metric>'."""
   slices = {}
   for slice_key, by_output in slicing_metrics:
     values = slices.setdefault(_slice_name(slice_key), {})
     # {output: {sub key: {metric: value}}}. The model's output is "" (the
-    # model spec's prediction_key), the logistic regression's is not read.
+    # model spec's prediction_key).
     for output, by_sub_key in by_output.items():
-      if output and not output.startswith(contract.REPLICA_OUTPUT_PREFIX):
+      if output and output != contract.LR_OUTPUT and not output.startswith(
+          contract.REPLICA_OUTPUT_PREFIX):
         continue
       prefix = f"{output}/" if output else ""
       for metrics in by_sub_key.values():
@@ -109,7 +110,9 @@ def metrics_row(slices: Mapping[str, Mapping[str, float]],
   A bucket below the eval config's min_slice_size is not reported: NaN.
   With `replicas` > 1 also the Prediction Difference between them overall
   and per bucket, and each replica's AUC ('replica_aucs': space-separated,
-  replica 0 first); "auc" is then the served model's.
+  replica 0 first); "auc" is then the served model's. lr_auc and
+  lr_logloss are the study's logistic-regression baseline's, served beside
+  every run.
   """
   overall = slices[""]
   row = {"auc": overall.get("auc", math.nan),
@@ -117,7 +120,10 @@ def metrics_row(slices: Mapping[str, Mapping[str, float]],
          "mean_prediction": overall.get("mean_prediction", math.nan),
          "mean_label": overall.get("mean_label", math.nan),
          "calibration": overall.get("calibration", math.nan),
-         "eval_examples": overall.get("example_count", math.nan)}
+         "eval_examples": overall.get("example_count", math.nan),
+         "lr_auc": overall.get(f"{contract.LR_OUTPUT}/auc", math.nan),
+         "lr_logloss": overall.get(
+             f"{contract.LR_OUTPUT}/binary_crossentropy", math.nan)}
   for bucket in BUCKETS:
     values = slices.get(f"{contract.ID_FREQUENCY}={bucket}", {})
     row[f"auc_{bucket}"] = values.get("auc", math.nan)

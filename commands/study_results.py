@@ -19,6 +19,11 @@ from commands.study_evaluation import BUCKETS
 # overall and per id-frequency bucket, and each one's AUC (space-separated).
 _REPLICA_COLUMNS = ("replicas", "push", "replica_pd") + tuple(
     f"replica_pd_{b}" for b in BUCKETS) + ("replica_aucs",)
+# The last epoch's model (the study keeps the best one; with early
+# stopping they differ when training ran past its best epoch).
+_LAST_EPOCH_COLUMNS = ("last_auc", "last_logloss", "last_calibration")
+# The logistic-regression baseline served beside every run.
+_BASELINE_COLUMNS = ("lr_auc", "lr_logloss")
 COLUMNS = (
     ("run", "model", "rule", "cowclip", "batch_size", "seed", "epochs",
      "epochs_run", "best_epoch",
@@ -28,9 +33,11 @@ COLUMNS = (
      "auc", "logloss",
      "mean_prediction", "mean_label", "calibration") +
     tuple(f"{kind}_{b}" for b in BUCKETS for kind in ("auc", "examples")) +
-    ("bias_constraints",) + _REPLICA_COLUMNS)
+    ("bias_constraints",) + _REPLICA_COLUMNS + _LAST_EPOCH_COLUMNS +
+    _BASELINE_COLUMNS)
 # Columns a study.csv written before they existed may lack (read as "").
-_OPTIONAL_COLUMNS = ("bias_constraints",) + _REPLICA_COLUMNS
+_OPTIONAL_COLUMNS = (("bias_constraints",) + _REPLICA_COLUMNS +
+                     _LAST_EPOCH_COLUMNS + _BASELINE_COLUMNS)
 _TEXT_COLUMNS = ("run", "model", "rule", "embedding_update",
                  "bias_constraints", "push", "replica_aucs")
 _BOOL_COLUMNS = ("cowclip", "diverged")
@@ -180,7 +187,11 @@ def markdown_report(rows: Sequence[Mapping[str, object]],
              r for (m, _, _), members in groups.items() if m == model
              for r in members) else ()
     for title, column, digits in (
-        ("Eval AUC", "auc", 4), ("Eval log loss", "logloss", 4),
+        ("Eval AUC (best epoch: the kept model)", "auc", 4),
+        ("Eval AUC, last epoch", "last_auc", 4),
+        ("Eval log loss (best epoch)", "logloss", 4),
+        ("Eval log loss, last epoch", "last_logloss", 4),
+        ("Epochs run", "epochs_run", 0), ("Best epoch", "best_epoch", 0),
         ("Calibration (mean prediction / mean label)", "calibration", 3),
         ("Share of embedding-row updates CowClip clipped (mean over "
          "epochs)", "clipped_fraction", 4),

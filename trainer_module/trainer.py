@@ -755,7 +755,8 @@ def train_replicas(settings: TrainerSettings, data: TrainingData,
                    train_files: List[str],
                    tf_transform_output: tft.TFTransformOutput,
                    tuned: Mapping[str, Any], log_dir: Optional[str],
-                   seed: Optional[int] = None, verbose: Any = "auto"
+                   seed: Optional[int] = None, verbose: Any = "auto",
+                   callbacks: Sequence[keras.callbacks.Callback] = ()
                   ) -> Tuple[List[models.CTRModel], Dict[str, Any]]:
   """settings.replicas models trained through train(), identically but for
   the seed: replica i is seeded with seed + i (initialisation) and reads the
@@ -765,7 +766,8 @@ def train_replicas(settings: TrainerSettings, data: TrainingData,
   `seed` None (run_fn): replicas are seeded 0..N-1, and one replica (the
   default) trains unseeded, as before; the study gives its run's seed. One
   replica trains on `data` as given (its shuffle seeded by training_data).
-  `log_dir`: TensorBoard logs (None: none). The record is replica 0's; with
+  `log_dir`: TensorBoard logs (None: none); `callbacks`: more Keras
+  callbacks, given to every replica's fit. The record is replica 0's; with
   replicas, "replicas" lists each one's seed, epochs and best validation
   metrics (the report's per-replica AUC).
   """
@@ -779,14 +781,15 @@ def train_replicas(settings: TrainerSettings, data: TrainingData,
             train_files, tf_transform_output, settings.spec.label,
             settings.batch_size, data.validation_buckets,
             settings.negative_sampling_rate, replica_seed, data.cached))
-    callbacks = [training.ThroughputLogger(settings.batch_size)]
+    replica_callbacks = [training.ThroughputLogger(settings.batch_size),
+                         *callbacks]
     if log_dir is not None:
-      callbacks.append(keras.callbacks.TensorBoard(log_dir=(
+      replica_callbacks.append(keras.callbacks.TensorBoard(log_dir=(
           log_dir if count == 1 else
           os.path.join(log_dir, contract.replica_output(index)))))
     model, record = train(
         settings, replica_data, tf_transform_output, tuned, seed=replica_seed,
-        callbacks=callbacks, verbose=verbose)
+        callbacks=replica_callbacks, verbose=verbose)
     replicas.append(model)
     records.append(record)
   record = records[0]

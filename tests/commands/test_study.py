@@ -5,6 +5,8 @@ import dataclasses
 import math
 import os
 
+import keras
+import numpy as np
 import pytest
 
 from commands import cli
@@ -73,7 +75,7 @@ def test_metrics_row_reads_overall_and_frequency_slices():
   assert math.isnan(row["auc_medium"]) and math.isnan(row["examples_medium"])
 
 
-def test_model_metrics_are_the_model_outputs_not_the_baselines():
+def test_model_metrics_keep_the_baselines_apart():
   # The shape of TFMA 0.47's EvalResult.slicing_metrics for the exported
   # two-output signature (model "", logistic regression LR_OUTPUT).
   def by_output(auc, lr_auc):
@@ -89,6 +91,34 @@ def test_model_metrics_are_the_model_outputs_not_the_baselines():
   assert slices[""]["auc"] == 0.75 and slices[""]["example_count"] == 302
   assert slices[""]["auc_over_logistic_regression"] == pytest.approx(0.05)
   assert slices["id_frequency=rare"]["auc"] == 0.6
+  assert slices[""]["logistic_regression/auc"] == 0.7
+  row = study_evaluation.metrics_row(slices)
+  assert (row["auc"], row["lr_auc"]) == (0.75, 0.7)
+  assert math.isnan(row["lr_logloss"])
+
+
+def test_last_epoch_weights_are_the_last_not_the_restored_best():
+  """LastEpochWeights, placed before trainer.fit's early stopping, keeps
+  the weights Keras trained last, not the best epoch's it restores."""
+  keras.utils.set_random_seed(0)
+  model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+  model.compile(optimizer=keras.optimizers.SGD(0.5), loss="mse")
+  x = np.ones((8, 1), np.float32)
+  # The validation loss rises every epoch: the first is the best.
+  y = np.full((8, 1), 3.0, np.float32)
+  last = study.LastEpochWeights()
+  weights = []
+  model.fit(x, y, validation_data=(x, np.zeros((8, 1), np.float32)),
+            epochs=3, verbose=0, callbacks=[
+                keras.callbacks.LambdaCallback(
+                    on_epoch_end=lambda *_: weights.append(
+                        model.get_weights())),
+                last, keras.callbacks.EarlyStopping(
+                    monitor="val_loss", patience=5,
+                    restore_best_weights=True)])
+  for got, want in zip(last.weights, weights[-1]):
+    np.testing.assert_array_equal(got, want)
+  assert not np.array_equal(model.get_weights()[0], weights[-1][0])
 
 
 def test_replicas_reach_the_eval_config_and_seeds_may_not_share_them():
@@ -111,7 +141,7 @@ def test_replicas_reach_the_eval_config_and_seeds_may_not_share_them():
 def test_metrics_row_reads_the_replicas_pd_and_aucs():
   # EvalResult.slicing_metrics as TFMA 0.47 gives them for a two-replica
   # export: the PD (a custom metric's float) under output "", each
-  # replica's AUC under its output, the logistic regression's ignored.
+  # replica's AUC under its output, the logistic regression's under its.
   def by_output(auc, pd, replica_aucs):
     outputs = {"": {"": {"auc": {"doubleValue": auc},
                          "example_count": {"doubleValue": 400.0},
@@ -124,7 +154,7 @@ def test_metrics_row_reads_the_replicas_pd_and_aucs():
       ((), by_output(0.75, 0.2, [0.74, 0.73])),
       ((("id_frequency", b"rare"),), by_output(0.6, 0.3, [0.58, 0.59]))])
   assert slices[""]["replica_1/auc"] == 0.73
-  assert "logistic_regression/auc" not in slices[""]
+  assert slices[""]["logistic_regression/auc"] == 0.5
   row = study_evaluation.metrics_row(slices, replicas=2)
   assert (row["auc"], row["replica_pd"]) == (0.75, 0.2)
   assert row["replica_pd_rare"] == 0.3 and math.isnan(row["replica_pd_medium"])
@@ -329,6 +359,10 @@ def test_study_command_trains_every_run_and_resumes(tmp_path, capsys):
   assert by_run["deepfm-none-noclip-b256-s7"]["clipped_fraction"] == ""
   for row in rows:
     assert row["diverged"] == "False"
+    # One epoch: the last epoch is the kept one.
+    assert (row["last_auc"], row["last_logloss"]) == (row["auc"],
+                                                      row["logloss"])
+    assert 0.0 < float(row["lr_auc"]) <= 1.0
     assert 0.0 < float(row["auc"]) <= 1.0
     assert float(row["logloss"]) > 0 and float(row["examples_per_second"]) > 0
     assert float(row["eval_examples"]) > 0
