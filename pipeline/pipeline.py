@@ -272,7 +272,8 @@ def create_pipeline(config: PipelineConfig,
   schema_gen = tfx.components.ImportSchemaGen(schema_file=config.schema_path)
   example_validator = StrictExampleValidator(
       statistics=statistics_gen.outputs["statistics"],
-      schema=schema_gen.outputs["schema"])
+      schema=schema_gen.outputs["schema"],
+      label_feature=config.spec.label)
   transform = Transform(
       examples=example_gen.outputs["examples"],
       schema=schema_gen.outputs["schema"],

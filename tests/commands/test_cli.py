@@ -59,6 +59,22 @@ def test_too_many_bad_rows_name_file_and_line(tmp_path, capsys):
   assert "train.txt" in err and "line 42" in err and "40" in err
 
 
+@pytest.mark.slow
+def test_one_class_labels_stop_before_transform(tmp_path, capsys):
+  """A wrong label column (here every label 0) stops at the validator,
+  naming the split and what its labels are; nothing is trained."""
+  data = tmp_path / "train.txt"
+  generate.write_synthetic("criteo", 400, 0, str(data))
+  lines = ["0" + line[1:] for line in data.read_text().splitlines()]
+  data.write_text("\n".join(lines) + "\n")
+  assert _run(tmp_path, data) == runner.EXIT_FAILED
+  err = capsys.readouterr().err
+  assert "[train] feature 'label': fewer than 5 clicks or 5 non-clicks" in err
+  assert "labelled 1" in err and "[eval] feature 'label'" in err
+  assert not list((tmp_path / "out").glob("pipeline/*/Transform"))
+  assert not list((tmp_path / "out").glob("pipeline/*/Trainer"))
+
+
 def test_activation_and_sampling_flags_become_settings():
   args = cli.build_parser().parse_args(
       ["run", "--dataset", "criteo", "--data", "d", "--output", "o",

@@ -32,7 +32,8 @@ def _run_validator(tmp_path, frame: pd.DataFrame) -> None:
       {standard_component_specs.STATISTICS_KEY: [stats],
        standard_component_specs.SCHEMA_KEY: [schema]},
       {standard_component_specs.ANOMALIES_KEY: [anomalies]},
-      {standard_component_specs.EXCLUDE_SPLITS_KEY: "[]"})
+      {standard_component_specs.EXCLUDE_SPLITS_KEY: "[]",
+       strict_example_validator.LABEL_KEY: features.AVAZU.label})
 
 
 def _avazu_frame(rows: int = 20) -> pd.DataFrame:
@@ -62,3 +63,24 @@ def test_string_in_int_column_and_missing_column_stop_the_run(tmp_path):
   assert "'banner_pos'" in message and "'device_type'" in message
   assert "[train]" in message
   assert str(tmp_path / "anomalies") in message
+
+
+@pytest.mark.parametrize("labels,message", [
+    ([0] * 20, "fewer than 5 clicks or 5 non-clicks (20 examples in the "
+     "statistics: 0 labelled 1, 20 labelled 0, values 0 to 0"),
+    ([1] * 4 + [0] * 16, "fewer than 5 clicks or 5 non-clicks (20 examples "
+     "in the statistics: 4 labelled 1, 16 labelled 0"),
+    ([i % 7 for i in range(20)], "Out-of-range values"),
+])
+def test_a_split_without_both_labels_stops_the_run(tmp_path, labels, message):
+  frame = _avazu_frame()
+  frame[features.AVAZU.label] = labels
+  with pytest.raises(strict_example_validator.DataAnomaliesError) as error:
+    _run_validator(tmp_path, frame)
+  assert f"[train] feature 'click': {message}" in str(error.value)
+
+
+def test_five_of_each_label_pass(tmp_path):
+  frame = _avazu_frame()
+  frame[features.AVAZU.label] = [1] * 5 + [0] * 15
+  _run_validator(tmp_path, frame)
