@@ -19,11 +19,17 @@ generate() {  # FORMAT OUT [generate flags...]
     --seed 1 --out "$out" "$@"
 }
 
+# Id-frequency slice thresholds near the eval split's tertiles at 10M rows
+# (the typical training count of an example's ids, estimated from the
+# generator's closed-form counts).
+declare -A THRESHOLDS=([criteo]=7000,25000 [avazu]=250000,450000)
+
 study() {  # DATASET DATA DIR [study flags...]
   local dataset=$1 data=$2 dir=$3
   shift 3
   $PY -m pipeline study --dataset "$dataset" --data "$data" --output "$dir" \
-    --seeds 1 --epochs 10 "$@"
+    --seeds 1 --epochs 10 --frequency-thresholds "${THRESHOLDS[$dataset]}" \
+    "$@"
 }
 
 auc_of() {  # DIR RUN: the run's eval AUC in DIR/study.csv
