@@ -441,7 +441,10 @@ def main(args: argparse.Namespace) -> int:
             + (f" (served: {args.push}; replica i of seed s is seeded "
                "s + i)" if args.replicas > 1 else "") + ".",
             f"Base hyperparameters at batch {config.spec.base_batch_size}: "
-            f"{config.base_hparams}",
+            f"{config.base_hparams}"
+            + (f"; {', '.join(config.auto_hparam_keys)} derived from the "
+               "training rows (`auto`): study.csv has each run's scaled "
+               "values" if config.auto_hparam_keys else "") + ".",
             f"Model options: {config.trainer_settings.model_options}; "
             f"embedding update {config.embedding_update}; negative "
             f"sampling rate {config.negative_sampling_rate}; bias "
