@@ -234,9 +234,8 @@ def same_training(config: PipelineConfig, run: StudyRun,
 
 
 STUDY_SETTINGS = "study_settings.json"
-# Trainer settings that vary between a study's runs (run_config); `code`
-# too, so a study resumes after a code change, as its reuse rule does.
-PER_RUN_SETTINGS = ("model", "batch_size", "scaling_rule", "cowclip", "code")
+# Trainer settings that vary between a study's runs (run_config).
+PER_RUN_SETTINGS = ("model", "batch_size", "scaling_rule", "cowclip")
 
 
 def check_study_settings(config: PipelineConfig) -> None:

@@ -179,8 +179,6 @@ class TrainerSettings:
     frequency_field: ALL_FIELDS or one categorical feature: what the
       exported model's id-frequency slice buckets examples by.
     frequency_thresholds: (rare/medium, medium/frequent) training counts.
-    code: fingerprint of trainer_module's sources (a changed model must
-      rerun the Trainer: TFX caches by config, not by code).
     base_batch_size: the batch size base_hparams are for (None: the
       dataset's).
     reference_examples: training rows the published values assume (None:
@@ -211,7 +209,6 @@ class TrainerSettings:
   model_options: ModelOptions = ModelOptions()
   frequency_field: str = ALL_FIELDS
   frequency_thresholds: Tuple[int, int] = DEFAULT_FREQUENCY_THRESHOLDS
-  code: str = ""
   base_batch_size: Optional[int] = None
   reference_examples: Optional[int] = None
   negative_sampling_rate: float = 1.0
