@@ -8,12 +8,12 @@ dataset and Transform graph and evaluates it on the one eval split:
 * training is the Trainer's: trainer.train_replicas (trainer.train, once
   per replica) with the run's PipelineConfig.trainer_settings (base
   hyperparameters mapped by the run's scaling rule) on
-  trainer.training_data, seeded per run (with --replicas N, replica i with
-  the run's seed + i). CowClip is on
+  input_pipeline.training_data, seeded per run (with --replicas N, replica
+  i with the run's seed + i). CowClip is on
   exactly for the 'cowclip' rule (``ablation`` adds the cowclip rule without
   clipping). A NaN loss (training.NonFiniteLossError) is recorded as a
   diverged run.
-* the model is exported with trainer.export_serving_model and evaluated by
+* the model is exported with serving.export_serving_model and evaluated by
   TFMA with pipeline.create_eval_config on the RAW eval examples, as the
   Evaluator does (AUC, BinaryCrossEntropy, MeanPrediction/MeanLabel), and on
   its id-frequency slice (the serving model's slicing signature buckets each
@@ -51,8 +51,11 @@ from commands import study_evaluation
 from commands import study_results
 from commands.study_data import TransformedInputs
 from pipeline.config import PipelineConfig
+from trainer_module import input_pipeline
+from trainer_module import model_building
 from trainer_module import models
 from trainer_module import scaling
+from trainer_module import serving
 from trainer_module import settings
 from trainer_module import trainer
 from trainer_module import training
@@ -130,7 +133,7 @@ def train_baseline(config: PipelineConfig, train_files: Sequence[str],
                    tf_transform_output: tft.TFTransformOutput) -> keras.Model:
   """The logistic-regression baseline every run's export serves beside the
   model (the Evaluator's config reads it), trained once, as run_fn does."""
-  data = trainer.training_data(
+  data = input_pipeline.training_data(
       list(train_files), tf_transform_output, config.spec.label,
       config.batch_size,
       negative_sampling_rate=config.negative_sampling_rate)
@@ -145,11 +148,11 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
   """Trains one run as run_fn does, evaluates it, returns its study.csv row."""
   config = run_config(setup.config, run)
   trainer_settings = config.trainer_settings
-  data = trainer.training_data(
+  data = input_pipeline.training_data(
       list(setup.train_files), setup.tf_transform_output, config.spec.label,
       run.batch_size, seed=run.seed,
       negative_sampling_rate=config.negative_sampling_rate)
-  hparams = trainer.training_hparams(trainer_settings, {},
+  hparams = model_building.training_hparams(trainer_settings, {},
                                      data.train_examples)["scaled"]
   row = {"run": run.key, "model": run.model, "rule": run.rule,
          "cowclip": run.cowclip, "batch_size": run.batch_size,
@@ -179,7 +182,7 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
   row.update(train_seconds=seconds, examples_per_second=rate,
              epochs_run=trained["epochs_run"],
              best_epoch=trained["best_epoch"],
-             steps=trainer.steps_per_epoch(data.train_examples,
+             steps=model_building.steps_per_epoch(data.train_examples,
                                            run.batch_size) *
              trained["epochs_run"],
              epoch_seconds=data.train_examples / rate, diverged=False,
@@ -188,7 +191,7 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
 
   run_dir = os.path.join(config.output, "runs", run.key)
   serving_dir = os.path.join(run_dir, "serving")
-  trainer.export_serving_model(replicas, setup.baseline,
+  serving.export_serving_model(replicas, setup.baseline,
                                setup.tf_transform_output, trainer_settings,
                                serving_dir)
   row.update(study_evaluation.metrics_row(study_evaluation.tfma_metrics(
@@ -219,7 +222,7 @@ def same_training(config: PipelineConfig, run: StudyRun,
     return None
   # The `auto` base values depend on the training rows, the same for every
   # run of a study (one Transform output, one validation slice).
-  hparams = trainer.training_hparams(
+  hparams = model_building.training_hparams(
       run_config(config, run).trainer_settings, {},
       int(float(rows[0]["train_examples"])))["scaled"]
   wanted = _training_signature({

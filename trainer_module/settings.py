@@ -186,7 +186,7 @@ class TrainerSettings:
     negative_sampling_rate: p in (0, 1]: the Trainer keeps each non-click
       of the train split with probability p (a hash of the example decides,
       the same rows in every run) and weighs the kept ones 1/p; clicks are
-      all kept (trainer.training_data). 1: no sampling.
+      all kept (input_pipeline.training_data). 1: no sampling.
     bias_constraints: slices whose per-bucket calibration bias the training
       objective constrains (categorical features, or PREDICTED_CTR); () for
       none. The logistic-regression baseline is trained without them.
