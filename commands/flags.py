@@ -61,20 +61,30 @@ MODEL_OPTION_FLAGS = ("embedding_dim", "hidden_units", "cross_layers",
                       "dcnv2_low_rank", "precision")
 
 
-def add_input_arguments(parser: argparse.ArgumentParser,
-                        output_help: str) -> None:
-  """--dataset, --data and --output, shared by every pipeline command."""
+def add_input_arguments(parser: argparse.ArgumentParser, output_help: str,
+                        data_help: str = "raw file, or directory of raw "
+                        "files", **output: Any) -> None:
+  """--dataset, --data and --output, shared by every pipeline command
+  (`output`: more add_argument keywords of --output, e.g. its dest)."""
   parser.add_argument("--dataset", required=True,
                       choices=sorted(features.DATASETS))
-  parser.add_argument("--data", required=True,
-                      help="raw file, or directory of raw files")
-  parser.add_argument("--output", required=True, help=output_help)
+  parser.add_argument("--data", required=True, help=data_help)
+  parser.add_argument("--output", required=True, help=output_help, **output)
 
 
-def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-  """The flags of `run` (also `tune`, `compile-kubeflow`)."""
-  add_input_arguments(parser, "DIR for the pipeline root, metadata.sqlite and "
-                      "serving/<version>/ (re-use it to reuse cached results)")
+def add_run_arguments(parser: argparse.ArgumentParser,
+                      local: bool = True) -> None:
+  """The flags of `run` (also `tune`); without the input flags and
+  --runner (`local` False) those of `compile-kubeflow`, which declares its
+  own input flags."""
+  if local:
+    add_input_arguments(parser, "DIR for the pipeline root, metadata.sqlite "
+                        "and serving/<version>/ (re-use it to reuse cached "
+                        "results)")
+    parser.add_argument("--runner", default="beam",
+                        choices=config_lib.RUNNERS,
+                        help="beam: BeamDagRunner (default); local: "
+                        "LocalDagRunner")
   parser.add_argument("--model", default=settings.DEFAULT_MODEL,
                       choices=settings.MODELS)
   parser.add_argument("--batch-size", type=int,
@@ -83,9 +93,6 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                       help="most training epochs; early stopping on a "
                       "validation slice of the train split ends sooner and "
                       "keeps the best epoch")
-  parser.add_argument("--runner", default="beam", choices=config_lib.RUNNERS,
-                      help="beam: BeamDagRunner (default); local: "
-                      "LocalDagRunner")
   parser.add_argument("--scaling-rule", default=scaling.DEFAULT_RULE,
                       choices=scaling.RULES)
   parser.add_argument("--no-cowclip", dest="cowclip", action="store_false",
@@ -98,7 +105,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
   parser.add_argument("--eval-fraction", type=float, default=None,
                       help="share of rows in eval (default: Criteo 0.1, "
                       "Avazu 0.2)")
-  parser.add_argument("--split", default="hash", choices=config_lib.SPLITS,
+  parser.add_argument("--split", default="hash",
+                      choices=features.SPLIT_MODES,
                       help="hash: deterministic per row; sequential: the "
                       "last rows are eval (Criteo is in time order)")
   parser.add_argument("--max-bad-fraction", type=float,

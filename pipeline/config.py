@@ -21,7 +21,6 @@ from trainer_module import settings
 SCHEMA_ROOT = os.path.join(REPO_ROOT, "schema")
 
 RUNNERS = ("beam", "local")
-SPLITS = ("hash", "sequential")
 BEAM_RUNNERS = ("direct", "dataflow", "flink", "spark")
 # How a portable runner (Flink, Spark) starts the Python SDK workers.
 BEAM_ENVIRONMENTS = ("DOCKER", "EXTERNAL", "PROCESS", "LOOPBACK")
@@ -185,8 +184,9 @@ class PipelineConfig:
     features.get_spec(self.dataset)  # Fails early on an unknown dataset.
     if self.runner not in RUNNERS:
       raise ValueError(f"unknown runner {self.runner!r}; choose from {RUNNERS}")
-    if self.split not in SPLITS:
-      raise ValueError(f"unknown split {self.split!r}; choose from {SPLITS}")
+    if self.split not in features.SPLIT_MODES:
+      raise ValueError(f"unknown split {self.split!r}; choose from "
+                       f"{features.SPLIT_MODES}")
     if self.trainer_gpus < 0:
       raise ValueError(f"trainer_gpus must be >= 0, got {self.trainer_gpus}")
     if self.trainer_gpus and not self.trainer_accelerator:
