@@ -172,12 +172,7 @@ def add_run_arguments(parser: argparse.ArgumentParser,
                       "float32; mixed_bfloat16 pays only with bf16 matrix "
                       "units, see docs/benchmark.md)")
   add_activation_arguments(parser)
-  parser.add_argument("--negative-sampling-rate", type=float, default=None,
-                      metavar="P", help="keep each non-click of the train "
-                      "split with probability P (0 < P <= 1, default 1), "
-                      "decided by a hash of the example; kept non-clicks "
-                      "weigh 1/P in training. The eval split is never "
-                      "sampled")
+  add_negative_sampling_argument(parser)
   parser.add_argument("--beam-arg", dest="beam_args", action="append",
                       default=None, help="extra Beam pipeline argument "
                       "(repeatable), e.g. --beam-arg=--direct_num_workers=2")
@@ -223,6 +218,17 @@ def activation_options(args: argparse.Namespace) -> Dict[str, Any]:
     raise ValueError("--smelu-beta only applies with --activation smelu")
   return {name: getattr(args, name) for name in ("activation", "smelu_beta")
           if getattr(args, name) is not None}
+
+
+def add_negative_sampling_argument(parser: argparse.ArgumentParser) -> None:
+  """--negative-sampling-rate (`run`, `tune` and `study`)."""
+  parser.add_argument("--negative-sampling-rate", type=float,
+                      default=settings.DEFAULT_NEGATIVE_SAMPLING_RATE,
+                      metavar="P", help="keep each non-click of the train "
+                      "split with probability P (0 < P <= 1, default "
+                      "%(default)g: all), decided by a hash of the example; "
+                      "kept non-clicks weigh 1/P in training. The eval "
+                      "split is never sampled")
 
 
 def add_bias_constraint_arguments(parser: argparse.ArgumentParser) -> None:
@@ -296,8 +302,6 @@ def config_from_args(args: argparse.Namespace) -> PipelineConfig:
   options = {name: getattr(args, name) for name in MODEL_OPTION_FLAGS
              if getattr(args, name) is not None}
   options.update(activation_options(args))
-  if args.negative_sampling_rate is not None:
-    extra["negative_sampling_rate"] = args.negative_sampling_rate
   return PipelineConfig(
       dataset=args.dataset, data=args.data, output=args.output,
       model=args.model, batch_size=args.batch_size, epochs=args.epochs,
@@ -313,6 +317,7 @@ def config_from_args(args: argparse.Namespace) -> PipelineConfig:
       frequency_field=args.frequency_field,
       embedding_update=args.embedding_update,
       cowclip_variant=args.cowclip_variant, model_options=options,
+      negative_sampling_rate=args.negative_sampling_rate,
       replicas=args.replicas, push=args.push, max_pd=args.max_pd, **extra)
 
 

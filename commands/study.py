@@ -363,9 +363,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
   parser.add_argument("--eval-fraction", type=float, default=None)
   flags.add_activation_arguments(parser)
   flags.add_replica_arguments(parser, gate=False)
-  parser.add_argument("--negative-sampling-rate", type=float, default=1.0,
-                      metavar="P", help="keep each training non-click with "
-                      "probability P, weighted 1/P (default 1: all)")
+  flags.add_negative_sampling_argument(parser)
   flags.add_hparam_arguments(parser, "each rule maps it")
 
 

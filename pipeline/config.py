@@ -173,7 +173,7 @@ class PipelineConfig:
   tune_model_size: bool = False
   hparams_from: Optional[str] = None
   stop_after_tuner: bool = False
-  negative_sampling_rate: float = 1.0
+  negative_sampling_rate: float = settings.DEFAULT_NEGATIVE_SAMPLING_RATE
   bias_constraints: Tuple[str, ...] = ()
   bias_constraint_lr: float = settings.DEFAULT_BIAS_CONSTRAINT_LR
   replicas: int = 1

@@ -17,6 +17,8 @@ import psutil
 import tensorflow as tf
 import tensorflow_transform as tft
 
+from trainer_module import settings
+
 # The validation slice of early stopping: records of the TRAIN split whose
 # hash (of the serialized record) falls in the first buckets of
 # VALIDATION_BUCKETS. The eval split stays unseen until the Evaluator.
@@ -45,6 +47,8 @@ _RECORD_CHUNK = 8192
 # free memory; else every pass reads the files, as without a cache.
 CACHE_MEMORY_SHARE = 0.25
 CACHE_ROW_OVERHEAD = 128
+# The default of the readers' negative_sampling_rate: keep every record.
+NO_SAMPLING = settings.DEFAULT_NEGATIVE_SAMPLING_RATE
 
 
 def validation_buckets(train_split_examples: int) -> int:
@@ -177,7 +181,7 @@ def _record_chunks(files: List[str], shuffle: bool = False,
 
 
 def split_stats(file_patterns: List[str], label: str,
-                negative_sampling_rate: float = 1.0) -> SplitStats:
+                negative_sampling_rate: float = NO_SAMPLING) -> SplitStats:
   """SplitStats of ExampleGen's gzipped TFRecords of raw examples, in one
   pass.
 
@@ -214,7 +218,7 @@ def make_dataset(file_patterns: List[str],
                  seed: int = 0,
                  part: str = "all",
                  buckets: int = 0,
-                 negative_sampling_rate: float = 1.0,
+                 negative_sampling_rate: float = NO_SAMPLING,
                  cache: bool = False) -> tf.data.Dataset:
   """(features, label) batches of transformed features from ExampleGen's
   raw examples.
@@ -347,7 +351,7 @@ def training_part(train_files: List[str],
 def training_data(train_files: List[str],
                   tf_transform_output: tft.TFTransformOutput, label: str,
                   batch_size: int, seed: int = 0,
-                  negative_sampling_rate: float = 1.0) -> TrainingData:
+                  negative_sampling_rate: float = NO_SAMPLING) -> TrainingData:
   """The training part and the validation slice of the train split
   (`seed`: the training part's shuffle).
 

@@ -64,6 +64,9 @@ DEFAULT_BIAS_CONSTRAINT_LR = 1.0
 # or replica 0 alone.
 PUSH_MODES = ("ensemble", "single")
 DEFAULT_PUSH = "ensemble"
+# Negative down-sampling keeps this share of the train split's non-clicks
+# (TrainerSettings.negative_sampling_rate); 1: all of them, no sampling.
+DEFAULT_NEGATIVE_SAMPLING_RATE = 1.0
 
 
 def check_positive_int(name: str, value) -> None:
@@ -211,7 +214,7 @@ class TrainerSettings:
   frequency_thresholds: Tuple[int, int] = DEFAULT_FREQUENCY_THRESHOLDS
   base_batch_size: Optional[int] = None
   reference_examples: Optional[int] = None
-  negative_sampling_rate: float = 1.0
+  negative_sampling_rate: float = DEFAULT_NEGATIVE_SAMPLING_RATE
   bias_constraints: Tuple[str, ...] = ()
   bias_constraint_lr: float = DEFAULT_BIAS_CONSTRAINT_LR
   replicas: int = 1
