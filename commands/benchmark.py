@@ -57,6 +57,7 @@ from commands import study_data
 from pipeline.config import PipelineConfig
 from trainer_module import cowclip
 from trainer_module import features
+from trainer_module import input_pipeline
 from trainer_module import models
 from trainer_module import settings
 from trainer_module import trainer
@@ -256,7 +257,7 @@ def time_training_step(model_name: str, spec: features.DatasetSpec,
       epochs=1, cowclip=case.cowclip, embedding_update=case.embedding_update,
       model_options=dataclasses.replace(options, precision=case.precision),
       auto_hparams=())
-  split = trainer.training_data(list(data.train_files),
+  split = input_pipeline.training_data(list(data.train_files),
                                 data.tf_transform_output, spec.label,
                                 case.batch_size)
   if case.batch_size > split.train_examples:

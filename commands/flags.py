@@ -61,20 +61,30 @@ MODEL_OPTION_FLAGS = ("embedding_dim", "hidden_units", "cross_layers",
                       "dcnv2_low_rank", "precision")
 
 
-def add_input_arguments(parser: argparse.ArgumentParser,
-                        output_help: str) -> None:
-  """--dataset, --data and --output, shared by every pipeline command."""
+def add_input_arguments(parser: argparse.ArgumentParser, output_help: str,
+                        data_help: str = "raw file, or directory of raw "
+                        "files", **output: Any) -> None:
+  """--dataset, --data and --output, shared by every pipeline command
+  (`output`: more add_argument keywords of --output, e.g. its dest)."""
   parser.add_argument("--dataset", required=True,
                       choices=sorted(features.DATASETS))
-  parser.add_argument("--data", required=True,
-                      help="raw file, or directory of raw files")
-  parser.add_argument("--output", required=True, help=output_help)
+  parser.add_argument("--data", required=True, help=data_help)
+  parser.add_argument("--output", required=True, help=output_help, **output)
 
 
-def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-  """The flags of `run` (also `tune`, `compile-kubeflow`)."""
-  add_input_arguments(parser, "DIR for the pipeline root, metadata.sqlite and "
-                      "serving/<version>/ (re-use it to reuse cached results)")
+def add_run_arguments(parser: argparse.ArgumentParser,
+                      local: bool = True) -> None:
+  """The flags of `run` (also `tune`); without the input flags and
+  --runner (`local` False) those of `compile-kubeflow`, which declares its
+  own input flags."""
+  if local:
+    add_input_arguments(parser, "DIR for the pipeline root, metadata.sqlite "
+                        "and serving/<version>/ (re-use it to reuse cached "
+                        "results)")
+    parser.add_argument("--runner", default="beam",
+                        choices=config_lib.RUNNERS,
+                        help="beam: BeamDagRunner (default); local: "
+                        "LocalDagRunner")
   parser.add_argument("--model", default=settings.DEFAULT_MODEL,
                       choices=settings.MODELS)
   parser.add_argument("--batch-size", type=int,
@@ -83,9 +93,6 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                       help="most training epochs; early stopping on a "
                       "validation slice of the train split ends sooner and "
                       "keeps the best epoch")
-  parser.add_argument("--runner", default="beam", choices=config_lib.RUNNERS,
-                      help="beam: BeamDagRunner (default); local: "
-                      "LocalDagRunner")
   parser.add_argument("--scaling-rule", default=scaling.DEFAULT_RULE,
                       choices=scaling.RULES)
   parser.add_argument("--no-cowclip", dest="cowclip", action="store_false",
@@ -98,7 +105,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
   parser.add_argument("--eval-fraction", type=float, default=None,
                       help="share of rows in eval (default: Criteo 0.1, "
                       "Avazu 0.2)")
-  parser.add_argument("--split", default="hash", choices=config_lib.SPLITS,
+  parser.add_argument("--split", default="hash",
+                      choices=features.SPLIT_MODES,
                       help="hash: deterministic per row; sequential: the "
                       "last rows are eval (Criteo is in time order)")
   parser.add_argument("--max-bad-fraction", type=float,
@@ -164,12 +172,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                       "float32; mixed_bfloat16 pays only with bf16 matrix "
                       "units, see docs/benchmark.md)")
   add_activation_arguments(parser)
-  parser.add_argument("--negative-sampling-rate", type=float, default=None,
-                      metavar="P", help="keep each non-click of the train "
-                      "split with probability P (0 < P <= 1, default 1), "
-                      "decided by a hash of the example; kept non-clicks "
-                      "weigh 1/P in training. The eval split is never "
-                      "sampled")
+  add_negative_sampling_argument(parser)
   parser.add_argument("--beam-arg", dest="beam_args", action="append",
                       default=None, help="extra Beam pipeline argument "
                       "(repeatable), e.g. --beam-arg=--direct_num_workers=2")
@@ -215,6 +218,17 @@ def activation_options(args: argparse.Namespace) -> Dict[str, Any]:
     raise ValueError("--smelu-beta only applies with --activation smelu")
   return {name: getattr(args, name) for name in ("activation", "smelu_beta")
           if getattr(args, name) is not None}
+
+
+def add_negative_sampling_argument(parser: argparse.ArgumentParser) -> None:
+  """--negative-sampling-rate (`run`, `tune` and `study`)."""
+  parser.add_argument("--negative-sampling-rate", type=float,
+                      default=settings.DEFAULT_NEGATIVE_SAMPLING_RATE,
+                      metavar="P", help="keep each non-click of the train "
+                      "split with probability P (0 < P <= 1, default "
+                      "%(default)g: all), decided by a hash of the example; "
+                      "kept non-clicks weigh 1/P in training. The eval "
+                      "split is never sampled")
 
 
 def add_bias_constraint_arguments(parser: argparse.ArgumentParser) -> None:
@@ -288,8 +302,6 @@ def config_from_args(args: argparse.Namespace) -> PipelineConfig:
   options = {name: getattr(args, name) for name in MODEL_OPTION_FLAGS
              if getattr(args, name) is not None}
   options.update(activation_options(args))
-  if args.negative_sampling_rate is not None:
-    extra["negative_sampling_rate"] = args.negative_sampling_rate
   return PipelineConfig(
       dataset=args.dataset, data=args.data, output=args.output,
       model=args.model, batch_size=args.batch_size, epochs=args.epochs,
@@ -305,6 +317,7 @@ def config_from_args(args: argparse.Namespace) -> PipelineConfig:
       frequency_field=args.frequency_field,
       embedding_update=args.embedding_update,
       cowclip_variant=args.cowclip_variant, model_options=options,
+      negative_sampling_rate=args.negative_sampling_rate,
       replicas=args.replicas, push=args.push, max_pd=args.max_pd, **extra)
 
 

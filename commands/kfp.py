@@ -61,24 +61,23 @@ def _compile(args: argparse.Namespace) -> int:
 def add_compile_parser(subparsers: Any) -> argparse.ArgumentParser:
   """Registers `compile-kubeflow` (with its handler) on `subparsers`.
 
-  The training options are those of `run`; `--output` here is the spec file
-  and `--pipeline-root` replaces `run`'s output directory.
+  The training options are those of `run`; its input flags are its own:
+  `--output` is the spec file, `--pipeline-root` the pipeline's output
+  directory (`run`'s --output), and --data a URI the pods can read.
   """
   parser = subparsers.add_parser(
-      "compile-kubeflow", conflict_handler="resolve",
+      "compile-kubeflow",
       help="compile the pipeline for Kubeflow Pipelines v2 (offline)",
       description="Compile the pipeline with TFX's KubeflowV2DagRunner into "
       "a KFP v2 pipeline spec (IR YAML) to upload with the KFP UI or "
       "kfp.Client. See kubeflow/README.md.")
-  flags.add_run_arguments(parser)
-  # Same names as `run`'s, other meanings: "resolve" replaces those.
-  parser.add_argument("--output", dest="spec_file", required=True,
-                      metavar="FILE.yaml", help="the pipeline spec to write")
-  parser.add_argument("--data", required=True, metavar="URI",
-                      help="raw data the pods can read: a directory URI "
-                      "ending in '/' (all its files), or a file or glob URI")
-  parser.add_argument("--runner", default="beam", choices=("beam",),
-                      help=argparse.SUPPRESS)
+  flags.add_input_arguments(
+      parser, "the pipeline spec to write", data_help="raw data the pods "
+      "can read: a directory URI ending in '/' (all its files), or a file "
+      "or glob URI", dest="spec_file", metavar="FILE.yaml")
+  flags.add_run_arguments(parser, local=False)
+  # The pods run every component with Beam.
+  parser.set_defaults(runner="beam")
   parser.add_argument("--image", required=True,
                       help="image built from kubeflow/Dockerfile, as the "
                       "cluster pulls it (pin a tag or digest)")

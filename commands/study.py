@@ -8,12 +8,12 @@ dataset and Transform graph and evaluates it on the one eval split:
 * training is the Trainer's: trainer.train_replicas (trainer.train, once
   per replica) with the run's PipelineConfig.trainer_settings (base
   hyperparameters mapped by the run's scaling rule) on
-  trainer.training_data, seeded per run (with --replicas N, replica i with
-  the run's seed + i). CowClip is on
+  input_pipeline.training_data, seeded per run (with --replicas N, replica
+  i with the run's seed + i). CowClip is on
   exactly for the 'cowclip' rule (``ablation`` adds the cowclip rule without
   clipping). A NaN loss (training.NonFiniteLossError) is recorded as a
   diverged run.
-* the model is exported with trainer.export_serving_model and evaluated by
+* the model is exported with serving.export_serving_model and evaluated by
   TFMA with pipeline.create_eval_config on the RAW eval examples, as the
   Evaluator does (AUC, BinaryCrossEntropy, MeanPrediction/MeanLabel), and on
   its id-frequency slice (the serving model's slicing signature buckets each
@@ -51,8 +51,11 @@ from commands import study_evaluation
 from commands import study_results
 from commands.study_data import TransformedInputs
 from pipeline.config import PipelineConfig
+from trainer_module import input_pipeline
+from trainer_module import model_building
 from trainer_module import models
 from trainer_module import scaling
+from trainer_module import serving
 from trainer_module import settings
 from trainer_module import trainer
 from trainer_module import training
@@ -130,7 +133,7 @@ def train_baseline(config: PipelineConfig, train_files: Sequence[str],
                    tf_transform_output: tft.TFTransformOutput) -> keras.Model:
   """The logistic-regression baseline every run's export serves beside the
   model (the Evaluator's config reads it), trained once, as run_fn does."""
-  data = trainer.training_data(
+  data = input_pipeline.training_data(
       list(train_files), tf_transform_output, config.spec.label,
       config.batch_size,
       negative_sampling_rate=config.negative_sampling_rate)
@@ -173,11 +176,11 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
   """
   config = run_config(setup.config, run)
   trainer_settings = config.trainer_settings
-  data = trainer.training_data(
+  data = input_pipeline.training_data(
       list(setup.train_files), setup.tf_transform_output, config.spec.label,
       run.batch_size, seed=run.seed,
       negative_sampling_rate=config.negative_sampling_rate)
-  hparams = trainer.training_hparams(trainer_settings, {},
+  hparams = model_building.training_hparams(trainer_settings, {},
                                      data.train_examples)["scaled"]
   row = {"run": run.key, "model": run.model, "rule": run.rule,
          "cowclip": run.cowclip, "batch_size": run.batch_size,
@@ -208,7 +211,7 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
   row.update(train_seconds=seconds, examples_per_second=rate,
              epochs_run=trained["epochs_run"],
              best_epoch=trained["best_epoch"],
-             steps=trainer.steps_per_epoch(data.train_examples,
+             steps=model_building.steps_per_epoch(data.train_examples,
                                            run.batch_size) *
              trained["epochs_run"],
              epoch_seconds=data.train_examples / rate, diverged=False,
@@ -217,7 +220,7 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
 
   run_dir = os.path.join(config.output, "runs", run.key)
   serving_dir = os.path.join(run_dir, "serving")
-  trainer.export_serving_model(replicas, setup.baseline,
+  serving.export_serving_model(replicas, setup.baseline,
                                setup.tf_transform_output, trainer_settings,
                                serving_dir)
   row.update(evaluate(serving_dir, os.path.join(run_dir, "tfma"), config,
@@ -229,7 +232,7 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
     model.set_weights(last_epoch.weights)
     training.recalibrate_bias(model, data.validation)
     last_dir = os.path.join(run_dir, "serving_last")
-    trainer.export_serving_model([model], setup.baseline,
+    serving.export_serving_model([model], setup.baseline,
                                  setup.tf_transform_output, trainer_settings,
                                  last_dir)
     metrics = evaluate(last_dir, os.path.join(run_dir, "tfma_last"), config,
@@ -262,7 +265,7 @@ def same_training(config: PipelineConfig, run: StudyRun,
     return None
   # The `auto` base values depend on the training rows, the same for every
   # run of a study (one Transform output, one validation slice).
-  hparams = trainer.training_hparams(
+  hparams = model_building.training_hparams(
       run_config(config, run).trainer_settings, {},
       int(float(rows[0]["train_examples"])))["scaled"]
   wanted = _training_signature({
@@ -277,9 +280,8 @@ def same_training(config: PipelineConfig, run: StudyRun,
 
 
 STUDY_SETTINGS = "study_settings.json"
-# Trainer settings that vary between a study's runs (run_config); `code`
-# too, so a study resumes after a code change, as its reuse rule does.
-PER_RUN_SETTINGS = ("model", "batch_size", "scaling_rule", "cowclip", "code")
+# Trainer settings that vary between a study's runs (run_config).
+PER_RUN_SETTINGS = ("model", "batch_size", "scaling_rule", "cowclip")
 
 
 def check_study_settings(config: PipelineConfig) -> None:
@@ -404,9 +406,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
   parser.add_argument("--eval-fraction", type=float, default=None)
   flags.add_activation_arguments(parser)
   flags.add_replica_arguments(parser, gate=False)
-  parser.add_argument("--negative-sampling-rate", type=float, default=1.0,
-                      metavar="P", help="keep each training non-click with "
-                      "probability P, weighted 1/P (default 1: all)")
+  flags.add_negative_sampling_argument(parser)
   flags.add_hparam_arguments(parser, "each rule maps it")
 
 

@@ -30,8 +30,8 @@ from components import tuner as tuner_component
 from pipeline import metadata
 from pipeline.config import PipelineConfig
 from trainer_module import contract
+from trainer_module import model_building
 from trainer_module import scaling
-from trainer_module import trainer
 
 BEST_JSON = "best_hyperparameters.json"
 BEST_DIR = "best_hyperparameters"
@@ -192,7 +192,7 @@ def write_results(config: PipelineConfig, best_hparams_dir: str,
   values = check_best_hyperparameters(best_file)
   completed = [r for r in rows if r["status"] == "COMPLETED"]
   best = max(completed, key=lambda r: r[contract.OBJECTIVE])
-  record = trainer.training_hparams(config.trainer_settings, values)
+  record = model_building.training_hparams(config.trainer_settings, values)
   summary = {
       "dataset": config.dataset, "model": config.model,
       "tuner": config.tuner, "trials": len(rows),

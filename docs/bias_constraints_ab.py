@@ -34,6 +34,7 @@ from commands import study_data  # noqa: E402
 from pipeline.config import PipelineConfig  # noqa: E402
 from trainer_module import bias_constraints  # noqa: E402
 from trainer_module import settings as settings_lib  # noqa: E402
+from trainer_module import input_pipeline  # noqa: E402
 from trainer_module import trainer  # noqa: E402
 
 
@@ -91,7 +92,7 @@ def main():
   train_files = study_data.split_files(inputs.transformed_examples, "train")
   eval_files = study_data.split_files(inputs.transformed_examples, "eval")
   label = config.spec.label
-  eval_data = trainer.make_dataset(eval_files, tft_output, label, 8192,
+  eval_data = input_pipeline.make_dataset(eval_files, tft_output, label, 8192,
                                    shuffle=False)
   axes = [a for a in args.axes.split(",") if a]
   constraints = tuple(c for c in args.constraints.split(",") if c)
@@ -100,7 +101,7 @@ def main():
       settings = dataclasses.replace(config.trainer_settings,
                                      bias_constraints=variant,
                                      bias_constraint_lr=args.lr)
-      data = trainer.training_data(train_files, tft_output, label,
+      data = input_pipeline.training_data(train_files, tft_output, label,
                                    args.batch_size, seed=seed)
       start = time.perf_counter()
       model, record = trainer.train(settings, data, tft_output, seed=seed,

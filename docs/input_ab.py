@@ -1,7 +1,8 @@
 """The Trainer's input pipeline: wall and CPU seconds of cached epochs.
 
 Reads the train part (validation slice of 10% held out) of FILE_PATTERN
-through trainer.make_dataset at batch 1024, shuffled and cached, 4 epochs:
+through input_pipeline.make_dataset at batch 1024, shuffled and cached, 4
+epochs:
   PYTHONPATH=<tree> .venv/bin/python docs/input_ab.py FILE_PATTERN GRAPH
 FILE_PATTERN: what that tree's make_dataset reads (transformed examples
 before materialize=False, ExampleGen's since); GRAPH: a Transform graph.
@@ -12,12 +13,12 @@ import time
 import tensorflow_transform as tft
 
 from data_ab import cpu_seconds  # docs/, this script's directory.
-from trainer_module import trainer
+from trainer_module import input_pipeline
 
 
 def main() -> None:
   pattern, graph = sys.argv[1:3]
-  dataset = trainer.make_dataset(
+  dataset = input_pipeline.make_dataset(
       [pattern], tft.TFTransformOutput(graph), "label", 1024, shuffle=True,
       part="train", buckets=100, cache=True)
   for epoch in range(4):

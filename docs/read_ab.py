@@ -1,7 +1,8 @@
 """A/B timing of the Trainer's reads of ExampleGen's train split.
 
 Times split_stats (one pass counting every record) and one pass of the
-validation slice (trainer.make_dataset, parse and Transform graph included)
+validation slice (input_pipeline.make_dataset, parse and Transform graph
+included)
 with the code on PYTHONPATH (the process's peak memory so far after each),
 then, with `--interleave`, the plain read of
 four files interleaved record by record against chunk by chunk:
@@ -21,7 +22,7 @@ import tensorflow as tf
 import tensorflow_transform as tft
 
 from data_ab import cpu_seconds  # docs/, this script's directory.
-from trainer_module import trainer
+from trainer_module import input_pipeline
 
 
 def _timed(name: str, run, rows=lambda result: result):
@@ -37,12 +38,13 @@ def _timed(name: str, run, rows=lambda result: result):
 
 def main(examples: str, graph: str, interleave: bool) -> None:
   files = [os.path.join(examples, "Split-train", "*.gz")]
-  stats = _timed("split_stats", lambda: trainer.split_stats(files, "label"),
+  stats = _timed("split_stats",
+                 lambda: input_pipeline.split_stats(files, "label"),
                  lambda stats: int(stats.records.sum()))
-  buckets = trainer.validation_buckets(int(stats.records.sum()))
+  buckets = input_pipeline.validation_buckets(int(stats.records.sum()))
   output = tft.TFTransformOutput(graph)
   _timed("validation slice", lambda: sum(
-      int(labels.shape[0]) for _, labels in trainer.make_dataset(
+      int(labels.shape[0]) for _, labels in input_pipeline.make_dataset(
           files, output, "label", 16384, shuffle=False, part="validation",
           buckets=buckets)))
   if not interleave:

@@ -52,6 +52,7 @@ import tensorflow_transform as tft  # noqa: E402
 from commands import study_data  # noqa: E402
 from components.prediction_difference import prediction_difference  # noqa: E402,E501
 from pipeline.config import PipelineConfig  # noqa: E402
+from trainer_module import input_pipeline  # noqa: E402
 from trainer_module import trainer  # noqa: E402
 from trainer_module import training  # noqa: E402
 
@@ -67,7 +68,7 @@ def run_one(config, setup, activation, rate, seed, batch_size):
       "negative_sampling_rate": rate})
   settings = config.trainer_settings
   tfto, train_files, eval_files = setup
-  data = trainer.training_data(train_files, tfto, config.spec.label,
+  data = input_pipeline.training_data(train_files, tfto, config.spec.label,
                                batch_size, seed=seed,
                                negative_sampling_rate=rate)
   timer = training.ThroughputLogger(batch_size)
@@ -92,7 +93,7 @@ def run_one(config, setup, activation, rate, seed, batch_size):
 def evaluate(model, tfto, eval_files, label):
   """(predictions, labels, scores) on every (unsampled) eval example:
   exact AUC, log loss, calibration = mean prediction / mean label."""
-  evaluation = trainer.make_dataset(eval_files, tfto, label, 8192,
+  evaluation = input_pipeline.make_dataset(eval_files, tfto, label, 8192,
                                     shuffle=False)
   logits, labels = [], []
   for features, batch_labels in evaluation:
@@ -129,7 +130,7 @@ def profile_one(config, setup, rate, batch_size):
   label = config.spec.label
 
   def data():
-    return trainer.training_data(train_files, tfto, label, batch_size,
+    return input_pipeline.training_data(train_files, tfto, label, batch_size,
                                  seed=1, negative_sampling_rate=rate)
 
   def count(dataset):

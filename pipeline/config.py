@@ -5,25 +5,22 @@ turns it into TFX components. Defaults that depend on the dataset come from
 `trainer_module.features` specs, not from literals here.
 """
 
-import ast
 import dataclasses
 import functools
-import hashlib
 import os
-from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional
 from typing import Tuple
 
+from pipeline.code_fingerprint import REPO_ROOT
 from trainer_module import features
 from trainer_module import hparams
 from trainer_module import scaling
 from trainer_module import search_space as search_space_lib
 from trainer_module import settings
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCHEMA_ROOT = os.path.join(REPO_ROOT, "schema")
 
 RUNNERS = ("beam", "local")
-SPLITS = ("hash", "sequential")
 BEAM_RUNNERS = ("direct", "dataflow", "flink", "spark")
 # How a portable runner (Flink, Spark) starts the Python SDK workers.
 BEAM_ENVIRONMENTS = ("DOCKER", "EXTERNAL", "PROCESS", "LOOPBACK")
@@ -62,98 +59,6 @@ DEFAULT_MIN_SLICE_SIZE = 100
 DEFAULT_MAX_AUC_BELOW_LR = 0.001
 # Bytes read from the head of the data to estimate its row count.
 _ROW_ESTIMATE_SAMPLE_BYTES = 1 << 20
-
-
-# The project's own top-level packages: imports of anything else are
-# third-party and leave the project's import graph.
-PROJECT_PACKAGES = ("commands", "components", "pipeline", "trainer_module")
-
-
-def _module_file(module: str, root: str) -> Optional[str]:
-  """The source file of project `module` under `root`, or None."""
-  path = os.path.join(root, *module.split("."))
-  for candidate in (path + ".py", os.path.join(path, "__init__.py")):
-    if os.path.isfile(candidate):
-      return candidate
-  return None
-
-
-def project_imports(module: str, root: Optional[str] = None,
-                    packages: Sequence[str] = PROJECT_PACKAGES
-                   ) -> FrozenSet[str]:
-  """The project modules `module` imports, at any depth of its code.
-
-  Read from the source (ast), so imports inside functions count as much as
-  those at the top. `from package import submodule` is an edge to the
-  submodule (what it uses), `from module import name` one to the module.
-  """
-  root = REPO_ROOT if root is None else root
-  path = _module_file(module, root)
-  with open(path, encoding="utf-8") as f:
-    tree = ast.parse(f.read(), path)
-  package = (module if path.endswith("__init__.py")
-             else module.rpartition(".")[0])
-  found = set()
-  for node in ast.walk(tree):
-    if isinstance(node, ast.Import):
-      found.update(alias.name for alias in node.names)
-    elif isinstance(node, ast.ImportFrom):
-      base = node.module or ""
-      if node.level:
-        parts = package.split(".")[:len(package.split(".")) - node.level + 1]
-        base = ".".join(parts + ([base] if base else []))
-      for alias in node.names:
-        submodule = f"{base}.{alias.name}"
-        found.add(submodule if _module_file(submodule, root) else base)
-  return frozenset(
-      name for name in found
-      if name.split(".")[0] in packages and name != module
-      and _module_file(name, root))
-
-
-def import_closure(module: str, root: Optional[str] = None) -> List[str]:
-  """`module` and every project module it imports, transitively, sorted."""
-  seen, todo = set(), [module]
-  while todo:
-    name = todo.pop()
-    if name not in seen:
-      seen.add(name)
-      todo.extend(project_imports(name, root))
-  return sorted(seen)
-
-
-# The dotted path of the Transform's preprocessing_fn. Its module and every
-# project module that module imports (import_closure) are the code the
-# Transform graph depends on: changes to the model or the training step must
-# rerun the Trainer, not the (much slower) Transform.
-PREPROCESSING_FN = "trainer_module.preprocessing.preprocessing_fn"
-
-
-def transform_sources() -> List[str]:
-  """The source files (relative to the repository) of preprocessing_fn's
-  module and of the project modules it imports, transitively."""
-  return [os.path.relpath(_module_file(module, REPO_ROOT), REPO_ROOT)
-          for module in import_closure(PREPROCESSING_FN.rpartition(".")[0])]
-
-
-def code_fingerprint(paths: Optional[Sequence[str]] = None) -> str:
-  """A hash of source files: `paths` (relative to the repository), or all of
-  trainer_module's.
-
-  TFX caches a component by its inputs and properties, not by the code
-  behind a dotted-path preprocessing_fn/run_fn, so without this a changed
-  model or preprocessing would silently reuse the old cached Transform and
-  Trainer. It goes into their custom_configs.
-  """
-  digest = hashlib.sha256()
-  if paths is None:
-    paths = [os.path.join("trainer_module", name) for name in
-             os.listdir(os.path.join(REPO_ROOT, "trainer_module"))
-             if name.endswith(".py")]
-  for path in sorted(paths):
-    with open(os.path.join(REPO_ROOT, path), "rb") as f:
-      digest.update(path.encode() + b"\0" + f.read())
-  return digest.hexdigest()[:16]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -268,7 +173,7 @@ class PipelineConfig:
   tune_model_size: bool = False
   hparams_from: Optional[str] = None
   stop_after_tuner: bool = False
-  negative_sampling_rate: float = 1.0
+  negative_sampling_rate: float = settings.DEFAULT_NEGATIVE_SAMPLING_RATE
   bias_constraints: Tuple[str, ...] = ()
   bias_constraint_lr: float = settings.DEFAULT_BIAS_CONSTRAINT_LR
   replicas: int = 1
@@ -279,8 +184,9 @@ class PipelineConfig:
     features.get_spec(self.dataset)  # Fails early on an unknown dataset.
     if self.runner not in RUNNERS:
       raise ValueError(f"unknown runner {self.runner!r}; choose from {RUNNERS}")
-    if self.split not in SPLITS:
-      raise ValueError(f"unknown split {self.split!r}; choose from {SPLITS}")
+    if self.split not in features.SPLIT_MODES:
+      raise ValueError(f"unknown split {self.split!r}; choose from "
+                       f"{features.SPLIT_MODES}")
     if self.trainer_gpus < 0:
       raise ValueError(f"trainer_gpus must be >= 0, got {self.trainer_gpus}")
     if self.trainer_gpus and not self.trainer_accelerator:
@@ -384,7 +290,6 @@ class PipelineConfig:
   def transform_config(self) -> Dict[str, object]:
     """custom_config of the Transform component (JSON-serialisable)."""
     return {"dataset": self.dataset,
-            "code": code_fingerprint(transform_sources()),
             "min_frequency": self.vocabulary_min_frequency}
 
   @property
@@ -401,8 +306,7 @@ class PipelineConfig:
 
   @functools.cached_property
   def trainer_settings(self) -> settings.TrainerSettings:
-    """The Trainer's settings (validated when the config is made); the code
-    fingerprint is added by trainer_config, when the component is made."""
+    """The Trainer's settings (validated when the config is made)."""
     return settings.TrainerSettings(
         dataset=self.dataset, model=self.model, batch_size=self.batch_size,
         epochs=self.epochs, scaling_rule=self.scaling_rule,
@@ -429,14 +333,12 @@ class PipelineConfig:
   @property
   def trainer_config(self) -> Dict[str, object]:
     """custom_config of the Trainer: recorded in ML Metadata with the run."""
-    return dataclasses.replace(self.trainer_settings,
-                               code=code_fingerprint()).to_custom_config()
+    return self.trainer_settings.to_custom_config()
 
   @property
   def tuner_config(self) -> Dict[str, object]:
     """custom_config of the Tuner: the Trainer's plus the search settings."""
-    return self.tuning_settings.to_custom_config(dataclasses.replace(
-        self.trainer_settings, code=code_fingerprint()))
+    return self.tuning_settings.to_custom_config(self.trainer_settings)
 
 
 def estimate_rows(data: str) -> Optional[int]:

@@ -17,6 +17,7 @@ import tensorflow_data_validation as tfdv
 import tensorflow_model_analysis as tfma
 from tfx import v1 as tfx
 from tfx.dsl.compiler import compiler
+from tfx.dsl.components.base import base_component
 from tfx.proto.orchestration import pipeline_pb2 as ir_pb2
 
 from components import lr_gate
@@ -29,8 +30,8 @@ from components.statistics_gen import StatisticsGen
 from components.strict_example_validator import StrictExampleValidator
 from components.transform import Transform
 from components.tuner import CtrTuner
+from pipeline.code_fingerprint import add_code_fingerprint
 from pipeline.config import DIRECT_BEAM_ARGS
-from pipeline.config import PREPROCESSING_FN
 from pipeline.config import PipelineConfig
 from trainer_module.contract import ID_FREQUENCY
 from trainer_module.contract import LR_OUTPUT
@@ -38,6 +39,9 @@ from trainer_module.contract import PREDICTION_KEY
 from trainer_module.contract import SLICING_SIGNATURE
 from trainer_module.contract import replica_output
 
+# The functions TFX calls by dotted path (code_fingerprint reads their
+# modules' imports into the components' cache keys).
+PREPROCESSING_FN = "trainer_module.preprocessing.preprocessing_fn"
 RUN_FN = "trainer_module.trainer.run_fn"
 TUNER_FN = "trainer_module.tuner.tuner_fn"
 
@@ -216,6 +220,13 @@ def create_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
       metrics_specs=metrics_specs)
 
 
+def metric_modules(eval_config: tfma.EvalConfig) -> List[str]:
+  """The modules of the custom TFMA metrics `eval_config` names: the
+  Evaluator loads them by name."""
+  return sorted({metric.module for spec in eval_config.metrics_specs
+                 for metric in spec.metrics if metric.module})
+
+
 def _prediction_difference_specs(config: PipelineConfig, on_overall, bounds
                                  ) -> List[tfma.MetricsSpec]:
   """Prediction Difference (components.prediction_difference): against the
@@ -333,12 +344,13 @@ def create_pipeline(config: PipelineConfig,
   # on open-source Kubeflow too (see components/baseline.py).
   baseline = LatestPushedModel(
       push_destination=push_destination).with_id(BASELINE_ID)
+  eval_config = create_eval_config(config)
   evaluator = Evaluator(
       examples=example_gen.outputs["examples"],
       model=trainer.outputs["model"],
       baseline_model=baseline.outputs["model"],
       schema=schema_gen.outputs["schema"],
-      eval_config=create_eval_config(config))
+      eval_config=eval_config)
   pusher = Pusher(
       model=trainer.outputs["model"],
       model_blessing=evaluator.outputs["blessing"],
@@ -348,6 +360,10 @@ def create_pipeline(config: PipelineConfig,
                       evaluator, pusher]
   if hparams_source:
     components.insert(components.index(trainer), hparams_source)
+  for component in components:
+    if isinstance(component, base_component.BaseComponent):  # Not Importer.
+      add_code_fingerprint(component, metric_modules(eval_config)
+                           if component is evaluator else ())
   if until_transform:
     components = components[:components.index(transform) + 1]
   if config.stop_after_tuner:

@@ -7,7 +7,7 @@ and still closes a cycle.
 import os
 from typing import Dict, FrozenSet, List, Optional, Sequence
 
-from pipeline import config as config_lib
+from pipeline import code_fingerprint as fingerprint
 
 
 def _modules(root: str, packages: Sequence[str]) -> List[str]:
@@ -25,7 +25,7 @@ def _modules(root: str, packages: Sequence[str]) -> List[str]:
 
 
 def _graph(root: str, packages: Sequence[str]) -> Dict[str, FrozenSet[str]]:
-  return {module: config_lib.project_imports(module, root, packages)
+  return {module: fingerprint.project_imports(module, root, packages)
           for module in _modules(root, packages)}
 
 
@@ -54,7 +54,7 @@ def _cycle(graph: Dict[str, FrozenSet[str]]) -> Optional[List[str]]:
 
 
 def test_the_project_has_no_import_cycle():
-  graph = _graph(config_lib.REPO_ROOT, config_lib.PROJECT_PACKAGES)
+  graph = _graph(fingerprint.REPO_ROOT, fingerprint.PROJECT_PACKAGES)
   assert "commands.cli" in graph and "pipeline.metadata" in graph
   assert "pipeline.runner" in graph["commands.cli"]
   assert _cycle(graph) is None, " -> ".join(_cycle(graph))
@@ -63,7 +63,7 @@ def test_the_project_has_no_import_cycle():
 def test_only_the_entry_point_imports_the_commands():
   """pipeline, components and trainer_module stand without the tools;
   `python -m pipeline` (pipeline/__main__.py) is the CLI's entry point."""
-  graph = _graph(config_lib.REPO_ROOT, config_lib.PROJECT_PACKAGES)
+  graph = _graph(fingerprint.REPO_ROOT, fingerprint.PROJECT_PACKAGES)
   upward = {module: sorted(i for i in imported if i.startswith("commands."))
             for module, imported in graph.items()
             if not module.startswith("commands")}

@@ -25,6 +25,9 @@ NUM_OOV_BUCKETS = 1
 # Share of malformed raw rows ExampleGen drops (and reports) before it
 # fails the run: a few broken log lines are normal, many mean a wrong file.
 DEFAULT_MAX_BAD_FRACTION = 0.001
+# How ExampleGen assigns rows to the train and eval splits: a stable hash of
+# each line, or by position (the last rows are eval).
+SPLIT_MODES = ("hash", "sequential")
 
 # Derived categorical features built from a YYMMDDHH time field (Avazu
 # ``hour``): the raw value is a timestamp, useless as an id.

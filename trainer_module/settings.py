@@ -64,6 +64,9 @@ DEFAULT_BIAS_CONSTRAINT_LR = 1.0
 # or replica 0 alone.
 PUSH_MODES = ("ensemble", "single")
 DEFAULT_PUSH = "ensemble"
+# Negative down-sampling keeps this share of the train split's non-clicks
+# (TrainerSettings.negative_sampling_rate); 1: all of them, no sampling.
+DEFAULT_NEGATIVE_SAMPLING_RATE = 1.0
 
 
 def check_positive_int(name: str, value) -> None:
@@ -179,8 +182,6 @@ class TrainerSettings:
     frequency_field: ALL_FIELDS or one categorical feature: what the
       exported model's id-frequency slice buckets examples by.
     frequency_thresholds: (rare/medium, medium/frequent) training counts.
-    code: fingerprint of trainer_module's sources (a changed model must
-      rerun the Trainer: TFX caches by config, not by code).
     base_batch_size: the batch size base_hparams are for (None: the
       dataset's).
     reference_examples: training rows the published values assume (None:
@@ -188,7 +189,7 @@ class TrainerSettings:
     negative_sampling_rate: p in (0, 1]: the Trainer keeps each non-click
       of the train split with probability p (a hash of the example decides,
       the same rows in every run) and weighs the kept ones 1/p; clicks are
-      all kept (trainer.training_data). 1: no sampling.
+      all kept (input_pipeline.training_data). 1: no sampling.
     bias_constraints: slices whose per-bucket calibration bias the training
       objective constrains (categorical features, or PREDICTED_CTR); () for
       none. The logistic-regression baseline is trained without them.
@@ -211,10 +212,9 @@ class TrainerSettings:
   model_options: ModelOptions = ModelOptions()
   frequency_field: str = ALL_FIELDS
   frequency_thresholds: Tuple[int, int] = DEFAULT_FREQUENCY_THRESHOLDS
-  code: str = ""
   base_batch_size: Optional[int] = None
   reference_examples: Optional[int] = None
-  negative_sampling_rate: float = 1.0
+  negative_sampling_rate: float = DEFAULT_NEGATIVE_SAMPLING_RATE
   bias_constraints: Tuple[str, ...] = ()
   bias_constraint_lr: float = DEFAULT_BIAS_CONSTRAINT_LR
   replicas: int = 1

@@ -13,7 +13,7 @@ maps them again for its own batch size.
   declared to KerasTuner here.
 * Objective: the best epoch's validation AUC (contract.OBJECTIVE: the models
   log ``auc``, Keras prefixes validation metrics) on the validation slice of
-  the TRAIN split that run_fn early-stops on (trainer.training_data; the
+  the TRAIN split that run_fn early-stops on (input_pipeline.training_data; the
   eval split stays unseen). Each trial stops early as run_fn does
   (training.early_stopping), so over-fitting trials end early.
 * The component that runs tuner_fn is components.tuner.CtrTuner.
@@ -31,6 +31,8 @@ import tensorflow_transform as tft
 from tfx import v1 as tfx
 
 from trainer_module import contract
+from trainer_module import input_pipeline
+from trainer_module import model_building
 from trainer_module import trainer
 from trainer_module.search_space import Dimension
 from trainer_module.search_space import search_space
@@ -95,8 +97,8 @@ def best_epoch_metrics(history: Mapping[str, List[float]]) -> Dict[str, float]:
 class CtrHyperModel(keras_tuner.HyperModel):
   """A trial trains through trainer.train, as run_fn does.
 
-  KerasTuner builds a trial's model itself (build: trainer.build_and_compile,
-  train()'s first half) and then fits it (fit: trainer.train with that
+  KerasTuner builds a trial's model itself (build:
+  model_building.build_and_compile, train()'s first half) and then fits it (fit: trainer.train with that
   model). The data is the one training part and validation slice of the
   train split, shared by every trial.
   """
@@ -104,7 +106,7 @@ class CtrHyperModel(keras_tuner.HyperModel):
   def __init__(self, settings: TrainerSettings,
                space: Mapping[str, Dimension],
                tf_transform_output: tft.TFTransformOutput,
-               data: trainer.TrainingData):
+               data: input_pipeline.TrainingData):
     super().__init__(name=settings.model)
     self._settings = settings
     self._space = space
@@ -116,7 +118,7 @@ class CtrHyperModel(keras_tuner.HyperModel):
       dimension.declare(hp)
 
   def build(self, hp: keras_tuner.HyperParameters) -> keras.Model:
-    model, _ = trainer.build_and_compile(
+    model, _ = model_building.build_and_compile(
         self._settings, hp.values, self._tf_transform_output,
         self._data.train_examples, self._data.click_rate)
     return model
@@ -163,11 +165,11 @@ def tuner_fn(fn_args) -> tfx.components.TunerFnResult:
   settings = TrainerSettings.from_custom_config(fn_args.custom_config)
   tuning = TuningSettings.from_custom_config(fn_args.custom_config)
   tf_transform_output = tft.TFTransformOutput(fn_args.transform_graph_path)
-  data = trainer.training_data(
+  data = input_pipeline.training_data(
       fn_args.train_files, tf_transform_output, settings.spec.label,
       settings.batch_size,
       negative_sampling_rate=settings.negative_sampling_rate)
-  untuned = trainer.training_hparams(settings, {}, data.train_examples)
+  untuned = model_building.training_hparams(settings, {}, data.train_examples)
   space = search_space(settings.dataset, tuning.search_space,
                        tuning.tune_model_size,
                        source="custom_config tuning.search_space",

@@ -38,7 +38,6 @@ from components.raw_example_gen import columnar
 from components.raw_example_gen import rows
 from trainer_module import features
 
-SPLIT_MODES = ("hash", "sequential")
 # Written into the output Examples artifact's directory (beside Split-*).
 SUMMARY_FILE_NAME = "raw_example_gen_summary.json"
 # Work unit of the parallel read: big enough to amortise a task, small enough
@@ -67,8 +66,8 @@ class IngestOptions:
 
   def __post_init__(self):
     features.get_spec(self.dataset)
-    if self.split not in SPLIT_MODES:
-      raise ValueError(f"split must be one of {SPLIT_MODES}, got "
+    if self.split not in features.SPLIT_MODES:
+      raise ValueError(f"split must be one of {features.SPLIT_MODES}, got "
                        f"{self.split!r}")
     if not 0.0 <= self.max_bad_fraction < 1.0:
       raise ValueError(f"max_bad_fraction must be in [0, 1), got "

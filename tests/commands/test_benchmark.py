@@ -11,9 +11,9 @@ from commands import cli
 from commands import flags
 from commands import generate
 from trainer_module import features
+from trainer_module import input_pipeline
 from trainer_module import models
 from trainer_module import preprocessing
-from trainer_module import trainer
 
 
 MIN_FREQUENCY = 3
@@ -41,7 +41,7 @@ def test_adapter_reads_the_real_transform_output(criteo_file, work_dir):
                              str(work_dir / "pipeline"))
   sizes = preprocessing.vocabulary_sizes(data.tf_transform_output,
                                          features.CRITEO)
-  split = trainer.training_data(list(data.train_files),
+  split = input_pipeline.training_data(list(data.train_files),
                                 data.tf_transform_output, "label", 4096)
   batch, labels = next(iter(split.train))
   for field in features.CRITEO.categorical_features:

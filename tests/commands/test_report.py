@@ -29,7 +29,7 @@ from pipeline import runner
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_eval_config
 from trainer_module import contract
-from trainer_module import trainer
+from trainer_module import model_building
 
 EXAMPLES = 600
 HISTORY = {"loss": [0.61, 0.52], "val_loss": [0.58, 0.55],
@@ -113,7 +113,7 @@ def _save_model(config: PipelineConfig, uri: str, weight: float,
   tf.saved_model.save(model, serving, signatures={
       "serving_default": model.serve,
       contract.SLICING_SIGNATURE: model.slicing_features})
-  record = trainer.training_hparams(config.trainer_settings, {})
+  record = model_building.training_hparams(config.trainer_settings, {})
   record.update(train_examples=EXAMPLES, steps_per_epoch=1, history=HISTORY)
   with open(os.path.join(serving, contract.TRAINING_RECORD), "w") as f:
     json.dump(record, f)
@@ -261,7 +261,8 @@ def test_report_shows_candidate_baseline_and_diff_from_tfma(runs):
   for bucket in contract.FREQUENCY_BUCKETS:
     assert f"<td>{bucket}</td>" in page
   # The hyperparameters actually used, from training.json.
-  record = trainer.training_hparams(_config(output_dir).trainer_settings, {})
+  record = model_building.training_hparams(
+      _config(output_dir).trainer_settings, {})
   assert f"<td>{record['rule']}</td>" in page
   assert f"{record['scaled']['embed_lr']:g}" in page
   for figure in (report.RELIABILITY_FIGURE, report.ID_FREQUENCY_FIGURE,

@@ -187,7 +187,7 @@ def test_a_run_that_trains_like_a_finished_one_reuses_its_row(tmp_path):
   for rule, batch in (("none", base), ("cowclip", base), ("none", 4 * base)):
     row = _row(rule, batch, 1, 0.7)
     # As the study records them: `auto` base values from the training rows.
-    hparams = study.trainer.training_hparams(
+    hparams = study.model_building.training_hparams(
         study.run_config(config, study.StudyRun("deepfm", rule, batch, 1,
                                                 rule == "cowclip")
                          ).trainer_settings, {}, 50_000)["scaled"]

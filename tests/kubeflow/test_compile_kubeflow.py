@@ -243,6 +243,16 @@ def test_bad_input_is_named(argv, message, tmp_path, monkeypatch):
   assert os.listdir(tmp_path) == []
 
 
+def test_output_is_the_spec_file_and_no_run_flag_is_silently_replaced():
+  """compile-kubeflow declares its own input flags next to run's others
+  (no conflict_handler="resolve": a clash would fail, not hide a flag)."""
+  args = parse(["--output", "spec.yaml", *ARGS])
+  assert (args.spec_file, args.output, args.runner) == (
+      "spec.yaml", ROOT, "beam")
+  with pytest.raises(SystemExit):
+    parse(["--output", "spec.yaml", "--runner", "local", *ARGS])
+
+
 def test_beam_args_per_runner():
   assert config_lib.beam_pipeline_args("direct") == config_lib.DIRECT_BEAM_ARGS
   assert config_lib.PipelineConfig(

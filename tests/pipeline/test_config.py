@@ -1,76 +1,8 @@
-"""PipelineConfig: the code fingerprint that keeps the TFX cache honest."""
-
-import dataclasses
-import shutil
+"""PipelineConfig: defaults, validation, the settings it hands the components."""
 
 import pytest
 
 from pipeline import config as config_lib
-
-
-@pytest.fixture
-def code_copy(tmp_path, monkeypatch):
-  """A copy of trainer_module that code_fingerprint (and the import walk)
-  reads instead."""
-  shutil.copytree(config_lib.os.path.join(config_lib.REPO_ROOT,
-                                          "trainer_module"),
-                  tmp_path / "trainer_module")
-  monkeypatch.setattr(config_lib, "REPO_ROOT", str(tmp_path))
-  return tmp_path / "trainer_module"
-
-
-def _edit(path):
-  with open(path, "a") as f:
-    f.write("\n# changed\n")
-
-
-def test_model_change_reruns_the_trainer_only(code_copy):
-  config = config_lib.PipelineConfig(dataset="criteo", data="d", output="o")
-  transform, trainer = (config.transform_config["code"],
-                        config.trainer_config["code"])
-  assert trainer == config_lib.code_fingerprint()
-  _edit(code_copy / "models.py")
-  assert config.transform_config["code"] == transform
-  assert config.trainer_config["code"] != trainer
-
-
-def test_transform_sources_are_what_preprocessing_fn_imports():
-  # features.py reads the base hyperparameters' definition (hparams.py):
-  # the walk follows that import too.
-  assert config_lib.transform_sources() == [
-      "trainer_module/features.py", "trainer_module/hparams.py",
-      "trainer_module/preprocessing.py"]
-
-
-@pytest.mark.parametrize("name", ["features.py", "hparams.py",
-                                  "preprocessing.py"])
-def test_preprocessing_change_reruns_transform_and_trainer(code_copy, name):
-  config = config_lib.PipelineConfig(dataset="criteo", data="d", output="o")
-  transform, trainer = (config.transform_config["code"],
-                        config.trainer_config["code"])
-  _edit(code_copy / name)
-  assert config.transform_config["code"] != transform
-  assert config.trainer_config["code"] != trainer
-
-
-def test_a_new_module_preprocessing_imports_is_in_the_transform_key(
-    code_copy):
-  """No list to keep: a helper preprocessing_fn starts to import (even
-  inside a function) joins the key, and so do its own edits."""
-  config = config_lib.PipelineConfig(dataset="criteo", data="d", output="o")
-  before = config.transform_config["code"]
-  (code_copy / "buckets.py").write_text("EDGES = (1, 2)\n")
-  assert config.transform_config["code"] == before  # Not imported yet.
-  with open(code_copy / "preprocessing.py", encoding="utf-8") as f:
-    source = f.read()
-  with open(code_copy / "preprocessing.py", "w", encoding="utf-8") as f:
-    f.write(source + "\n\ndef _edges():\n"
-            "  from trainer_module import buckets\n  return buckets.EDGES\n")
-  assert "trainer_module/buckets.py" in config_lib.transform_sources()
-  imported = config.transform_config["code"]
-  assert imported != before
-  _edit(code_copy / "buckets.py")
-  assert config.transform_config["code"] != imported
 
 
 def test_vocabulary_threshold_follows_the_estimated_data_size(tmp_path):
@@ -146,10 +78,7 @@ def test_config_holds_the_trainers_typed_settings():
           settings.frequency_field) == ("dcn", 4096, "sparse", "banner_pos")
   assert settings.base_hparams == {**config.spec.base_hparams, "r": 2.0}
   assert settings.model_options.embedding_dim == 16
-  # The Trainer's custom_config is these settings plus the code fingerprint.
-  custom_config = config.trainer_config
-  assert custom_config["code"] == config_lib.code_fingerprint()
+  # The Trainer's custom_config is these settings.
   read_back = config_lib.settings.TrainerSettings.from_custom_config(
-      custom_config)
-  assert read_back == dataclasses.replace(settings,
-                                          code=custom_config["code"])
+      config.trainer_config)
+  assert read_back == settings

@@ -33,7 +33,7 @@ from trainer_module import contract
 from trainer_module import features
 from trainer_module import models
 from trainer_module import preprocessing
-from trainer_module import trainer
+from trainer_module import serving
 from trainer_module.settings import ModelOptions
 from trainer_module.settings import TrainerSettings
 
@@ -314,7 +314,7 @@ def _served_replicas(criteo_run, export_dir: str) -> Dict[str, np.ndarray]:
     keras.utils.set_random_seed(seed)
     replicas.append(models.build_model("deepfm", sizes, spec.dense, options))
   baseline = models.build_model("lr", sizes, spec.dense, options)
-  trainer.export_serving_model(replicas, baseline, output, settings,
+  serving.export_serving_model(replicas, baseline, output, settings,
                                export_dir)
   serve = tf.saved_model.load(export_dir).signatures["serving_default"]
   raw = tf.constant([_example({k: v for k, v in r.items() if k != spec.label})
@@ -358,7 +358,7 @@ def test_criteo_export_serves_the_mean_and_every_replica(criteo_run,
                                                          tmp_path):
   """On this Transform output, two differently seeded DeepFMs exported as
   replicas: serving_default returns each replica's probability and their
-  mean, on raw tf.Examples (trainer.export_serving_model)."""
+  mean, on raw tf.Examples (serving.export_serving_model)."""
   spec, rows, _, _ = criteo_run
   outputs = _served_replicas(criteo_run, str(tmp_path / "serving"))
   assert sorted(outputs) == sorted([

@@ -12,6 +12,8 @@ import tensorflow as tf
 from commands import flags
 from pipeline.config import PipelineConfig
 from trainer_module import contract
+from trainer_module import input_pipeline
+from trainer_module import serving
 from trainer_module import trainer
 from trainer_module.settings import TrainerSettings
 
@@ -57,16 +59,16 @@ def test_served_probability_is_the_replicas_mean_or_replica_zero():
   replicas = [tf.constant([[0.1], [0.8]]), tf.constant([[0.3], [0.4]]),
               tf.constant([[0.2], [0.9]])]
   lr = tf.constant([[0.5], [0.5]])
-  ensemble = trainer.serving_outputs(replicas, lr, "ensemble")
+  ensemble = serving.serving_outputs(replicas, lr, "ensemble")
   np.testing.assert_allclose(ensemble[contract.PREDICTION_KEY],
                              [[0.2], [0.7]], rtol=1e-6)
   for i, p in enumerate(replicas):
     np.testing.assert_array_equal(ensemble[contract.replica_output(i)], p)
   np.testing.assert_array_equal(ensemble[contract.LR_OUTPUT], lr)
-  single = trainer.serving_outputs(replicas, lr, "single")
+  single = serving.serving_outputs(replicas, lr, "single")
   np.testing.assert_array_equal(single[contract.PREDICTION_KEY], replicas[0])
   # One model: its probability, no replica outputs (the signature as before).
-  alone = trainer.serving_outputs(replicas[:1], lr, "ensemble")
+  alone = serving.serving_outputs(replicas[:1], lr, "ensemble")
   assert sorted(alone) == sorted([contract.PREDICTION_KEY, contract.LR_OUTPUT])
 
 
@@ -85,7 +87,7 @@ def _seeds_trained(monkeypatch, count, seed, log_dir):
     return object(), {"epochs_run": 1, "best_epoch": 1, "best": {},
                       "bias_shift": 0.0}
   monkeypatch.setattr(trainer, "train", fake_train)
-  data = trainer.TrainingData(train="as given", validation=None,
+  data = input_pipeline.TrainingData(train="as given", validation=None,
                               train_examples=10, validation_examples=1,
                               click_rate=0.5, validation_buckets=1)
   _, record = trainer.train_replicas(

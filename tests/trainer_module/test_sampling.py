@@ -11,6 +11,7 @@ import tensorflow as tf
 
 import raw_records
 from trainer_module import features
+from trainer_module import input_pipeline
 from trainer_module import models
 from trainer_module import trainer
 from trainer_module import training
@@ -39,7 +40,7 @@ def test_hash_keeps_every_click_and_a_fixed_share_of_non_clicks():
       np.float32)
   records = tf.constant(_examples(labels))
   rate = 0.25
-  kept = trainer.kept_by_sampling(records, labels, rate).numpy()
+  kept = input_pipeline.kept_by_sampling(records, labels, rate).numpy()
   assert kept[labels > 0].all()  # Every click.
   non_clicks = (labels == 0).sum()
   kept_non_clicks = kept[labels == 0].sum()
@@ -47,20 +48,21 @@ def test_hash_keeps_every_click_and_a_fixed_share_of_non_clicks():
   sd = np.sqrt(non_clicks * rate * (1 - rate))
   assert abs(kept_non_clicks - rate * non_clicks) < 4 * sd
   # The same decision per record, whatever else is in the batch.
-  reversed_kept = trainer.kept_by_sampling(records[::-1], labels[::-1],
+  reversed_kept = input_pipeline.kept_by_sampling(records[::-1], labels[::-1],
                                            rate).numpy()[::-1]
   np.testing.assert_array_equal(kept, reversed_kept)
   # The weights: 1 per click, 1/rate per kept non-click, so on this fixed
   # hash they sum to clicks + kept_non_clicks / rate exactly, and in
   # expectation to the unsampled count.
-  weights = trainer.importance_weights(labels[kept], rate).numpy()
+  weights = input_pipeline.importance_weights(labels[kept], rate).numpy()
   assert set(weights[labels[kept] > 0]) == {1.0}
   assert set(weights[labels[kept] == 0]) == {4.0}
   assert weights.sum() == labels.sum() + kept_non_clicks / rate
   assert abs(weights.sum() - len(labels)) < 4 * sd / rate
   # Independent of the validation slice's fingerprint: its non-clicks are
   # kept at the same rate.
-  validation = trainer.in_validation_slice(records, 100).numpy()
+  validation = input_pipeline.in_part(
+      input_pipeline.record_buckets(records), "validation", 100).numpy()
   share = kept[validation & (labels == 0)].mean()
   assert abs(share - rate) < 4 * np.sqrt(rate * (1 - rate) / (
       validation & (labels == 0)).sum())
@@ -76,10 +78,10 @@ def test_training_data_samples_both_parts_with_weights(tmp_path):
   labels = (np.random.default_rng(1).random(4000) < 0.2).astype(np.float32)
   _write(str(tmp_path / "train.gz"), _examples(labels))
   files = [str(tmp_path / "train.gz")]
-  full = trainer.training_data(files, _TRANSFORM, "click", 100)
-  sampled = trainer.training_data(files, _TRANSFORM, "click", 100,
+  full = input_pipeline.training_data(files, _TRANSFORM, "click", 100)
+  sampled = input_pipeline.training_data(files, _TRANSFORM, "click", 100,
                                   seed=4, negative_sampling_rate=0.5)
-  again = trainer.training_data(files, _TRANSFORM, "click", 100,
+  again = input_pipeline.training_data(files, _TRANSFORM, "click", 100,
                                 seed=9, negative_sampling_rate=0.5)
 
   def rows(dataset):
@@ -110,7 +112,7 @@ def test_every_replica_trains_on_the_same_sampled_weighted_rows(
   labels = (np.random.default_rng(2).random(2000) < 0.2).astype(np.float32)
   _write(str(tmp_path / "train.gz"), _examples(labels))
   files = [str(tmp_path / "train.gz")]
-  data = trainer.training_data(files, _TRANSFORM, "click", 100,
+  data = input_pipeline.training_data(files, _TRANSFORM, "click", 100,
                                negative_sampling_rate=0.5)
   seen = []
 
@@ -133,14 +135,14 @@ def test_every_replica_trains_on_the_same_sampled_weighted_rows(
 
 
 def test_sampling_record_warns_when_a_non_click_outweighs_the_clicks():
-  calm = trainer.sampling_record(0.5, 0.25, 1024)
+  calm = input_pipeline.sampling_record(0.5, 0.25, 1024)
   assert calm["warning"] is None
   # Kept click share c / (c + p (1 - c)) = 0.25 / 0.625 = 0.4.
   assert calm["kept_click_share"] == pytest.approx(0.4)
   assert calm["clicks_per_batch"] == pytest.approx(409.6)
   # ESS share: (0.4 + 0.6 * 2)^2 / (0.4 + 0.6 * 4) = 2.56 / 2.8.
   assert calm["effective_batch_share"] == pytest.approx(2.56 / 2.8)
-  shaky = trainer.sampling_record(0.01, 0.001, 1024)
+  shaky = input_pipeline.sampling_record(0.01, 0.001, 1024)
   # 1/p = 100 > 1024 * 0.001 / (0.001 + 0.01 * 0.999) = 93.2 clicks.
   assert shaky["clicks_per_batch"] == pytest.approx(
       1024 * 0.001 / (0.001 + 0.00999))
@@ -169,7 +171,7 @@ def test_weighted_training_on_sampled_data_stays_calibrated(tmp_path):
              for i, (a, label) in enumerate(zip(ids, labels))]
   _write(str(tmp_path / "train.gz"), records)
   rate = 0.25
-  data = trainer.training_data([str(tmp_path / "train.gz")], _TRANSFORM,
+  data = input_pipeline.training_data([str(tmp_path / "train.gz")], _TRANSFORM,
                                "click", 512, negative_sampling_rate=rate)
 
   # The sampled training part, read once (the hash decided which rows).
@@ -195,8 +197,9 @@ def test_weighted_training_on_sampled_data_stays_calibrated(tmp_path):
   # the kept ones).
   part = np.zeros(examples, bool)
   part[rows] = True
-  validation = trainer.in_validation_slice(
-      tf.constant(records), data.validation_buckets).numpy()
+  validation = input_pipeline.in_part(
+      input_pipeline.record_buckets(tf.constant(records)), "validation",
+      data.validation_buckets).numpy()
   part |= ~validation
   # Each fits the optimum of its loss: per id, the (weighted) click rate of
   # the kept rows.

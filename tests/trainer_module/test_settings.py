@@ -25,7 +25,7 @@ def test_round_trip_through_json_custom_config():
       auto_hparams=("l2",), embedding_update="sparse",
       cowclip_variant="reference",
       model_options={"hidden_units": [64, 32], "dcnv2_low_rank": 8},
-      frequency_field="C6", frequency_thresholds=[10, 1000], code="abc")
+      frequency_field="C6", frequency_thresholds=[10, 1000])
   config = json.loads(json.dumps(trainer.to_custom_config()))
   # Only the model options that differ from the defaults are written.
   assert config["model_options"] == {"hidden_units": [64, 32],

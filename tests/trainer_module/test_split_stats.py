@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 import raw_records
-from trainer_module import trainer
+from trainer_module import input_pipeline
 
 # What the input pipeline reads of a Transform output.
 _TRANSFORM = raw_records.TransformOutput()
@@ -35,8 +35,8 @@ def _write(tmp_path, labels):
 def _reference(records, labels, rate, buckets):
   """Record by record: (part of each record, kept by sampling, weight)."""
   fingerprint = np.array([int(tf.strings.to_hash_bucket_fast(
-      r, trainer.VALIDATION_BUCKETS)) for r in records])
-  kept = np.array([bool(trainer.kept_by_sampling(
+      r, input_pipeline.VALIDATION_BUCKETS)) for r in records])
+  kept = np.array([bool(input_pipeline.kept_by_sampling(
       tf.constant([r]), tf.constant([l]), rate)[0]) if rate < 1 else True
                    for r, l in zip(records, labels)])
   weight = np.where(labels > 0.5, 1.0, np.float32(1 / rate))
@@ -48,13 +48,13 @@ def test_one_pass_counts_every_part_as_the_record_by_record_rule(
     tmp_path, rate):
   labels = (np.random.default_rng(3).random(3000) < 0.2).astype(np.float32)
   records, files = _write(tmp_path, labels)
-  stats = trainer.split_stats(files, "click", rate)
-  buckets = trainer.validation_buckets(len(records))
+  stats = input_pipeline.split_stats(files, "click", rate)
+  buckets = input_pipeline.validation_buckets(len(records))
   validation, kept, weight, fingerprint = _reference(records, labels, rate,
                                                      buckets)
   np.testing.assert_array_equal(
       stats.records, np.bincount(fingerprint,
-                                 minlength=trainer.VALIDATION_BUCKETS))
+                                 minlength=input_pipeline.VALIDATION_BUCKETS))
   assert stats.kept_bytes.sum() == sum(
       len(r) for r, k in zip(records, kept) if k)
   for part, rows in (("all", np.ones_like(kept)), ("train", ~validation),
@@ -67,7 +67,7 @@ def test_one_pass_counts_every_part_as_the_record_by_record_rule(
     assert got[1] == pytest.approx(want[1], rel=1e-12)
   # training_data's counts come from the one pass and match the rows its
   # two datasets yield (selected chunk by chunk in make_dataset).
-  data = trainer.training_data(files, _TRANSFORM, "click", 100,
+  data = input_pipeline.training_data(files, _TRANSFORM, "click", 100,
                                negative_sampling_rate=rate)
   assert data.validation_buckets == buckets
   for dataset, rows, count in ((data.train, ~validation, data.train_examples),
@@ -91,7 +91,7 @@ def test_cached_dataset_yields_the_same_rows_and_weights_every_pass(
                   for r, l, w in zip(f["row"], l, ws))
 
   def dataset(cache, shuffle):
-    return trainer.make_dataset(files, _TRANSFORM,
+    return input_pipeline.make_dataset(files, _TRANSFORM,
                                 "click", 64, shuffle=shuffle, seed=5,
                                 part="train", buckets=100,
                                 negative_sampling_rate=0.5, cache=cache)
@@ -113,10 +113,10 @@ def test_cached_dataset_yields_the_same_rows_and_weights_every_pass(
 
 def test_cache_fits_the_memory_budget():
   rows, size = 1000, 300_000
-  need = size + rows * trainer.CACHE_ROW_OVERHEAD
-  available = need / trainer.CACHE_MEMORY_SHARE
-  assert trainer.cache_fits(rows, size, int(available))
-  assert not trainer.cache_fits(rows, size, int(available) - 10)
+  need = size + rows * input_pipeline.CACHE_ROW_OVERHEAD
+  available = need / input_pipeline.CACHE_MEMORY_SHARE
+  assert input_pipeline.cache_fits(rows, size, int(available))
+  assert not input_pipeline.cache_fits(rows, size, int(available) - 10)
 
 
 def test_validation_slice_is_cached_alone_when_the_split_does_not_fit(
@@ -125,12 +125,12 @@ def test_validation_slice_is_cached_alone_when_the_split_does_not_fit(
   records, files = _write(tmp_path, labels)
   # Memory for twice the validation slice's cache, a fraction of the
   # split's (the slice is ~10% of it).
-  slice_bytes = sum(len(r) + trainer.CACHE_ROW_OVERHEAD
-                    for r in records) * trainer.VALIDATION_FRACTION
+  slice_bytes = sum(len(r) + input_pipeline.CACHE_ROW_OVERHEAD
+                    for r in records) * input_pipeline.VALIDATION_FRACTION
   memory = types.SimpleNamespace(
-      available=int(2 * slice_bytes / trainer.CACHE_MEMORY_SHARE))
-  monkeypatch.setattr(trainer.psutil, "virtual_memory", lambda: memory)
-  data = trainer.training_data(files, _TRANSFORM, "click",
+      available=int(2 * slice_bytes / input_pipeline.CACHE_MEMORY_SHARE))
+  monkeypatch.setattr(input_pipeline.psutil, "virtual_memory", lambda: memory)
+  data = input_pipeline.training_data(files, _TRANSFORM, "click",
                                100)
   assert not data.cached
   first = sorted(int(r) for f, _ in data.validation for r in f["row"])

@@ -6,8 +6,10 @@ import pytest
 import tensorflow as tf
 
 import raw_records
+from trainer_module import input_pipeline
+from trainer_module import model_building
 from trainer_module import scaling
-from trainer_module import trainer
+from trainer_module import serving
 from trainer_module.settings import TrainerSettings
 
 # What the input pipeline reads of a Transform output.
@@ -16,7 +18,7 @@ _TRANSFORM = raw_records.TransformOutput()
 
 def test_frequency_buckets_boundaries_belong_to_the_higher_bucket():
   counts = tf.constant([0.0, 99.9, 100.0, 9999.0, 10000.0, 1e9])
-  got = trainer.frequency_buckets(counts, (100, 10000)).numpy().tolist()
+  got = serving.frequency_buckets(counts, (100, 10000)).numpy().tolist()
   assert got == [b"rare", b"rare", b"medium", b"medium", b"frequent",
                  b"frequent"]
 
@@ -27,7 +29,7 @@ def test_frequency_buckets_of_geometric_mean_like_serving_does():
   typical = tf.math.expm1(tf.reduce_mean(log_counts, axis=0))
   np.testing.assert_allclose(typical.numpy(), [np.sqrt(2 * 10001) - 1],
                              rtol=1e-5)
-  assert trainer.frequency_buckets(typical, (100, 10000)).numpy() == [
+  assert serving.frequency_buckets(typical, (100, 10000)).numpy() == [
       b"medium"]
 
 
@@ -37,7 +39,7 @@ def test_training_hparams_scale_tuned_base_values():
       batch_size=8192,
       base_hparams={"dense_lr": 8e-4, "embed_lr": 1e-4, "l2": 1e-5,
                     "r": 1.0, "zeta": 1e-5, "warmup_epochs": 1.0})
-  record = trainer.training_hparams(config, {"dense_lr": 1e-3,
+  record = model_building.training_hparams(config, {"dense_lr": 1e-3,
                                              "embedding_dim": 16})
   assert record["base"]["dense_lr"] == 1e-3
   assert "embedding_dim" not in record["base"]
@@ -47,22 +49,23 @@ def test_training_hparams_scale_tuned_base_values():
 
 def test_check_training_fits_reports_sizes_and_refuses_what_cannot_fit():
   sizes = {"C1": 1001, "C2": 11}
-  summary = trainer.check_training_fits(sizes, 10, 512, 10_000, 2**30)
+  summary = model_building.check_training_fits(sizes, 10, 512, 10_000, 2**30)
   assert "2 embedding tables, 1,012 rows" in summary
   with pytest.raises(ValueError, match="batch size 8192 is larger than the "
                      "1000 training examples"):
-    trainer.check_training_fits(sizes, 10, 8192, 1000, 2**30)
+    model_building.check_training_fits(sizes, 10, 8192, 1000, 2**30)
   with pytest.raises(ValueError, match="raise --min-frequency"):
-    trainer.check_training_fits({"C1": 10**9}, 10, 512, 10_000, 2**30)
+    model_building.check_training_fits({"C1": 10**9}, 10, 512, 10_000, 2**30)
   with pytest.raises(ValueError, match="training split is empty"):
-    trainer.check_training_fits(sizes, 10, 512, 0, 2**30)
+    model_building.check_training_fits(sizes, 10, 512, 0, 2**30)
   # Tables of 1,012 rows x 11 floats x 3 (Adam): 133,584 bytes per replica;
   # run_fn holds every replica at once.
   one = 1012 * 11 * 4 * 3
-  assert "for 2 replicas" in trainer.check_training_fits(
+  assert "for 2 replicas" in model_building.check_training_fits(
       sizes, 10, 512, 10_000, 2 * one, replicas=2)
   with pytest.raises(ValueError, match="for 3 replicas"):
-    trainer.check_training_fits(sizes, 10, 512, 10_000, 2 * one, replicas=3)
+    model_building.check_training_fits(sizes, 10, 512, 10_000, 2 * one,
+                                       replicas=3)
 
 
 def test_label_stats_counts_examples_and_clicks(tmp_path):
@@ -70,10 +73,10 @@ def test_label_stats_counts_examples_and_clicks(tmp_path):
   with tf.io.TFRecordWriter(path, options="GZIP") as writer:
     for label in [1.0, 0.0, 0.0, 1.0, 0.0]:
       writer.write(raw_records.raw_example(label))
-  stats = trainer.split_stats([str(tmp_path / "*.gz")], "click")
+  stats = input_pipeline.split_stats([str(tmp_path / "*.gz")], "click")
   assert stats.label_stats() == (5, 0.4)
   with pytest.raises(FileNotFoundError, match="no examples match"):
-    trainer.split_stats([str(tmp_path / "none-*")], "click")
+    input_pipeline.split_stats([str(tmp_path / "none-*")], "click")
 
 
 def test_training_hparams_derive_auto_keys_from_the_data_size():
@@ -83,7 +86,7 @@ def test_training_hparams_derive_auto_keys_from_the_data_size():
       dataset="criteo", scaling_rule="cowclip", base_batch_size=1024,
       batch_size=2048, base_hparams=base, auto_hparams=["embed_lr", "l2"],
       reference_examples=40_000_000)
-  record = trainer.training_hparams(config, {"l2": 3e-4}, 400_000)
+  record = model_building.training_hparams(config, {"l2": 3e-4}, 400_000)
   # 100x fewer rows: embed_lr x 100 ** 0.8; l2 was tuned, so it stays.
   assert record["auto"] == ["embed_lr"]
   assert record["base"]["embed_lr"] == pytest.approx(1e-4 * 100 ** 0.8)
@@ -92,7 +95,7 @@ def test_training_hparams_derive_auto_keys_from_the_data_size():
   assert record["scaled"] == scaling.scale_hparams(
       "cowclip", record["base"], 1024, 2048)
   # Without a data size (showing a tuning result) nothing is derived.
-  assert trainer.training_hparams(config, {})["base"] == base
+  assert model_building.training_hparams(config, {})["base"] == base
 
 
 def _write_records(path, labels):
@@ -115,10 +118,11 @@ def test_record_chunks_hold_records_of_one_file_each_read_once(tmp_path,
       for row in range(100):
         writer.write(b"%d-%03d" % (shard, row))
   files = sorted(str(f) for f in tmp_path.glob("train-*.gz"))
-  monkeypatch.setattr(trainer, "_RECORD_CHUNK", 32)
+  monkeypatch.setattr(input_pipeline, "_RECORD_CHUNK", 32)
   for shuffle in (False, True):
     chunks = [[r.decode() for r in chunk.numpy()] for chunk in
-              trainer._record_chunks(files, shuffle, seed=1)]  # pylint: disable=protected-access
+              input_pipeline._record_chunks(  # pylint: disable=protected-access
+                  files, shuffle, seed=1)]
     assert all(len(chunk) <= 32 and len({r[0] for r in chunk}) == 1
                for chunk in chunks)
     assert sorted(r for chunk in chunks for r in chunk) == [
@@ -132,11 +136,11 @@ def test_validation_slice_partitions_the_train_split_deterministically(
     _write_records(str(tmp_path / f"train-{shard}.gz"),
                    labels[shard::2])
   files = [str(tmp_path / "train-*.gz")]
-  buckets = trainer.validation_buckets(3000)
+  buckets = input_pipeline.validation_buckets(3000)
   assert buckets == 100  # 10% of the hash buckets.
 
   def rows(part, shuffle, seed=0):
-    return _rows(trainer.make_dataset(files, _TRANSFORM, "click", 64,
+    return _rows(input_pipeline.make_dataset(files, _TRANSFORM, "click", 64,
                                       shuffle=shuffle, seed=seed, part=part,
                                       buckets=buckets))
 
@@ -150,18 +154,19 @@ def test_validation_slice_partitions_the_train_split_deterministically(
   assert sorted(rows("train", shuffle=True, seed=2)) == sorted(train)
   assert sorted(rows("validation", shuffle=True, seed=3)) == sorted(
       validation)
-  stats = trainer.split_stats(files, "click")
+  stats = input_pipeline.split_stats(files, "click")
   assert stats.label_stats("validation", buckets)[0] == len(validation)
   assert stats.label_stats("train", buckets)[0] == len(train)
 
 
-def test_in_validation_slice_is_a_fingerprint_of_the_record():
+def test_the_validation_slice_is_a_fingerprint_of_the_record():
   records = tf.constant([b"a", b"b", b"a", b"c" * 100])
-  got = trainer.in_validation_slice(records, 500).numpy().tolist()
+  got = input_pipeline.in_part(input_pipeline.record_buckets(records),
+                               "validation", 500).numpy().tolist()
   want = (tf.strings.to_hash_bucket_fast(records, 1000) < 500).numpy()
   assert got == want.tolist() and got[0] == got[2]
-  assert trainer.validation_buckets(10**9) == 1  # Capped, never empty.
-  assert trainer.validation_buckets(4_000_000) == 50
+  assert input_pipeline.validation_buckets(10**9) == 1  # Capped, never empty.
+  assert input_pipeline.validation_buckets(4_000_000) == 50
 
 
 def test_training_data_reads_only_the_train_split(tmp_path, monkeypatch):
@@ -176,7 +181,7 @@ def test_training_data_reads_only_the_train_split(tmp_path, monkeypatch):
     return real(files, *args, **kwargs)
 
   monkeypatch.setattr(tf.data, "TFRecordDataset", recording)
-  data = trainer.training_data([str(tmp_path / "train.gz")], _TRANSFORM,
+  data = input_pipeline.training_data([str(tmp_path / "train.gz")], _TRANSFORM,
                                "click", 100)
   train, validation = _rows(data.train), _rows(data.validation)
   assert not set(train) & set(validation)

@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from trainer_module import cowclip
 from trainer_module import models
+from trainer_module import optimizers
 from trainer_module import training
 
 VOCAB = {"a": 7, "b": 5}
@@ -86,11 +87,11 @@ def test_training_config_validates():
 
 
 def test_linear_warmup_values():
-  schedule = training.LinearWarmup(2.0, 4)
+  schedule = optimizers.LinearWarmup(2.0, 4)
   values = [float(schedule(step)) for step in range(6)]
   assert values == pytest.approx([0.5, 1.0, 1.5, 2.0, 2.0, 2.0])
-  assert float(training.LinearWarmup(2.0, 0)(0)) == 2.0
-  clone = training.LinearWarmup.from_config(schedule.get_config())
+  assert float(optimizers.LinearWarmup(2.0, 0)(0)) == 2.0
+  clone = optimizers.LinearWarmup.from_config(schedule.get_config())
   assert float(clone(1)) == pytest.approx(1.0)
 
 
@@ -179,7 +180,7 @@ def test_cowclip_off_leaves_embedding_gradients_unclipped():
 
 def test_sparse_step_touches_only_rows_in_the_batch():
   model = _model(dataclasses.replace(CONFIG, embedding_update="sparse"))
-  assert isinstance(model.embedding_optimizer, training.LazyAdam)
+  assert isinstance(model.embedding_optimizer, optimizers.LazyAdam)
   features, labels = _batch(0, a_ids=(0, 1, 2, 3))
   field, deep, wide = model.embedding_tables()[0]
   present = np.unique(features[field])
@@ -217,7 +218,7 @@ def test_sparse_step_touches_only_rows_in_the_batch():
 
 def test_lazy_adam_matches_numpy_row_wise_adam():
   variable = keras.Variable(np.arange(10, dtype=np.float32).reshape(5, 2))
-  optimizer = training.LazyAdam(learning_rate=0.1)
+  optimizer = optimizers.LazyAdam(learning_rate=0.1)
   optimizer.build([variable])
   expected = _np(variable).copy()
   m, v = np.zeros_like(expected), np.zeros_like(expected)
@@ -386,7 +387,7 @@ def test_fused_adam_matches_keras_adam():
   rng = np.random.default_rng(0)
   start = rng.normal(size=(6, 3)).astype(np.float32)
   fused, plain = keras.Variable(start), keras.Variable(start)
-  fused_adam = training.FusedAdam(learning_rate=0.05)
+  fused_adam = optimizers.FusedAdam(learning_rate=0.05)
   plain_adam = keras.optimizers.Adam(learning_rate=0.05)
   fused_adam.build([fused])
   plain_adam.build([plain])

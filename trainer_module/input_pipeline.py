@@ -1,0 +1,403 @@
+"""The Trainer's input: the train split carved into the training part and
+the validation slice, negative sampling, and the tf.data pipeline.
+
+One pass counts the split per hash bucket of its records (split_stats);
+the same carve (in_part) and the same sampling (kept_by_sampling) then
+select the records that are read (select_records), so the counts that set
+the steps per epoch, the warmup, the auto hyperparameters and the bias
+initialisation are those of the data trained on.
+"""
+
+import dataclasses
+from typing import Any, Dict, List, Mapping, Tuple
+
+from absl import logging
+import numpy as np
+import psutil
+import tensorflow as tf
+import tensorflow_transform as tft
+
+from trainer_module import settings
+
+# The validation slice of early stopping: records of the TRAIN split whose
+# hash (of the serialized record) falls in the first buckets of
+# VALIDATION_BUCKETS. The eval split stays unseen until the Evaluator.
+VALIDATION_BUCKETS = 1000
+# Share of the train split held out for validation, capped at
+# MAX_VALIDATION_EXAMPLES: enough for a stable log loss, and cheap to score
+# every epoch on big data.
+VALIDATION_FRACTION = 0.1
+MAX_VALIDATION_EXAMPLES = 200_000
+# Negative down-sampling: a keyed SipHash of the serialized record in
+# SAMPLING_BUCKETS buckets decides which non-clicks are kept. Keyed, so it is
+# independent of the validation slice's fingerprint (the same hash would keep
+# the non-clicks of the buckets next to the slice's).
+SAMPLING_BUCKETS = 1_000_000
+SAMPLING_KEY = (0x5EED, 0xC11C)
+# Records per element read from a file, counted per vectorised step
+# (split_stats), selected per step (select_records) and cached per element
+# (make_dataset). Interleaving files record by record cost ~20 us of CPU per
+# record, 13x the read itself; chunks 8x larger took 0.45 GiB more memory
+# (docs/benchmark_data.md).
+_RECORD_CHUNK = 8192
+# make_dataset's cache holds the training part and the validation slice in
+# memory when their serialized records plus CACHE_ROW_OVERHEAD bytes each (a
+# tf.string's header and allocation, measured in
+# docs/production_smelu_sampling.md) take at most CACHE_MEMORY_SHARE of the
+# free memory; else every pass reads the files, as without a cache.
+CACHE_MEMORY_SHARE = 0.25
+CACHE_ROW_OVERHEAD = 128
+# The default of the readers' negative_sampling_rate: keep every record.
+NO_SAMPLING = settings.DEFAULT_NEGATIVE_SAMPLING_RATE
+
+
+def validation_buckets(train_split_examples: int) -> int:
+  """How many of the VALIDATION_BUCKETS hash buckets form the validation
+  slice of a train split of this size (at least one)."""
+  share = min(VALIDATION_FRACTION,
+              MAX_VALIDATION_EXAMPLES / max(train_split_examples, 1))
+  return max(1, int(share * VALIDATION_BUCKETS))
+
+
+def _parse_labels(serialized, label):
+  """float32 labels of raw examples (ExampleGen's: an int every row has)."""
+  return tf.cast(tf.io.parse_example(
+      serialized, {label: tf.io.FixedLenFeature([], tf.int64)})[label],
+                 tf.float32)
+
+
+def kept_by_sampling(serialized: tf.Tensor, labels: tf.Tensor,
+                     rate: float) -> tf.Tensor:
+  """Whether negative down-sampling at `rate` keeps these records: every
+  click, and the non-clicks whose keyed hash falls in the first
+  round(rate * SAMPLING_BUCKETS) buckets (the same records in every run)."""
+  buckets = tf.strings.to_hash_bucket_strong(serialized, SAMPLING_BUCKETS,
+                                             SAMPLING_KEY)
+  return (tf.reshape(labels, [-1]) > 0.5) | (
+      buckets < round(rate * SAMPLING_BUCKETS))
+
+
+def importance_weights(labels: tf.Tensor, rate: float) -> tf.Tensor:
+  """1 for a click, 1 / rate for a kept non-click (float32, labels' shape):
+  each kept non-click stands for the 1 / rate non-clicks sampling drew it
+  from, so weighted sums estimate the unsampled ones."""
+  labels = tf.cast(labels, tf.float32)
+  return tf.where(labels > 0.5, tf.ones_like(labels),
+                  tf.fill(tf.shape(labels), 1.0 / rate))
+
+
+def record_buckets(serialized: tf.Tensor) -> tf.Tensor:
+  """The hash bucket (of VALIDATION_BUCKETS) of each serialized record,
+  which carves the validation slice (in_part).
+
+  A fingerprint of the record's bytes decides, so the carve is the same in
+  every run, process and tf.data order, and identical records (duplicated
+  log lines) fall on the same side.
+  """
+  return tf.strings.to_hash_bucket_fast(serialized, VALIDATION_BUCKETS)
+
+
+def _check_part(part: str) -> None:
+  if part not in ("all", "train", "validation"):
+    raise ValueError(f"unknown part {part!r}: 'all', 'train' or "
+                     "'validation'")
+
+
+def in_part(bucket, part: str, buckets: int):
+  """Whether records of these record_buckets (a tensor or a NumPy array)
+  are in `part`: 'all'; 'validation', the first `buckets` buckets;
+  'train', the others. The one carve: split_stats' counts (SplitStats.part)
+  and the records read (select_records) both go through it."""
+  _check_part(part)
+  if part == "all":
+    return bucket >= 0
+  return bucket < buckets if part == "validation" else bucket >= buckets
+
+
+def select_records(serialized: tf.Tensor, label: str, part: str,
+                   buckets: int, rate: float) -> tf.Tensor:
+  """Of a chunk of serialized records, in their order, those of `part`
+  (in_part) that negative sampling at `rate` keeps (kept_by_sampling).
+  Vectorised on the bytes: only the part's labels are parsed, and only
+  below rate 1."""
+  if part != "all":
+    serialized = tf.boolean_mask(
+        serialized, in_part(record_buckets(serialized), part, buckets))
+  if rate < 1:
+    serialized = tf.boolean_mask(serialized, kept_by_sampling(
+        serialized, _parse_labels(serialized, label), rate))
+  return serialized
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitStats:
+  """Per hash bucket of the records (record_buckets: VALIDATION_BUCKETS of
+  them), what one pass over a split counted; the train and validation parts
+  of any slice size are sums of buckets (in_part), so one pass answers
+  every question about a part.
+
+  Arrays of VALIDATION_BUCKETS float64:
+    records: records of the bucket.
+    kept: records negative sampling at `rate` keeps (= records at rate 1).
+    clicks: the kept records' sum of labels.
+    weight: the kept records' sum of importance_weights.
+    kept_bytes: the kept records' serialized bytes (the cache's size).
+  """
+  rate: float
+  records: np.ndarray
+  kept: np.ndarray
+  clicks: np.ndarray
+  weight: np.ndarray
+  kept_bytes: np.ndarray
+
+  def part(self, name: str, buckets: int) -> np.ndarray:
+    """Which buckets are in part `name` (in_part)."""
+    return in_part(np.arange(VALIDATION_BUCKETS), name, buckets)
+
+  def label_stats(self, part: str = "all",
+                  buckets: int = 0) -> Tuple[int, float]:
+    """(examples kept, click rate) of part `part` (select_records). With
+    negative sampling (rate < 1), the click rate of the kept examples
+    weighted by importance_weights: the estimate of the unsampled rate."""
+    where = self.part(part, buckets)
+    return (int(self.kept[where].sum()),
+            float(self.clicks[where].sum()) /
+            max(float(self.weight[where].sum()), 1.0))
+
+
+def _record_chunks(files: List[str], shuffle: bool = False,
+                   seed: int = 0) -> tf.data.Dataset:
+  """Serialized records of ExampleGen's gzipped TFRecord `files`, in
+  chunks of up to _RECORD_CHUNK records of one file, read from files in
+  parallel (`shuffle`: in a shuffled file order, chunks in completion
+  order)."""
+  dataset = tf.data.Dataset.from_tensor_slices(files)
+  if shuffle:
+    dataset = dataset.shuffle(len(files), seed=seed)
+  return dataset.interleave(
+      lambda f: tf.data.TFRecordDataset(f, compression_type="GZIP").batch(
+          _RECORD_CHUNK),
+      num_parallel_calls=tf.data.AUTOTUNE, deterministic=not shuffle)
+
+
+def split_stats(file_patterns: List[str], label: str,
+                negative_sampling_rate: float = NO_SAMPLING) -> SplitStats:
+  """SplitStats of ExampleGen's gzipped TFRecords of raw examples, in one
+  pass.
+
+  Only the label is parsed, a chunk of records at a time: cheap next to
+  training.
+  """
+  files = [f for p in file_patterns for f in tf.io.gfile.glob(p)]
+  if not files:
+    raise FileNotFoundError(f"no examples match {file_patterns}")
+  rate = negative_sampling_rate
+
+  def count(serialized):
+    labels = _parse_labels(serialized, label)
+    kept = tf.cast(kept_by_sampling(serialized, labels, rate) if rate < 1
+                   else tf.ones_like(labels, tf.bool), tf.float64)
+    columns = tf.stack([
+        tf.ones_like(kept), kept, kept * tf.cast(labels, tf.float64),
+        kept * tf.cast(importance_weights(labels, rate), tf.float64),
+        kept * tf.cast(tf.strings.length(serialized), tf.float64)], axis=1)
+    return tf.math.unsorted_segment_sum(
+        columns, record_buckets(serialized), VALIDATION_BUCKETS)
+
+  totals = _record_chunks(files).map(
+      count, num_parallel_calls=tf.data.AUTOTUNE).reduce(
+          tf.zeros([VALIDATION_BUCKETS, 5], tf.float64), tf.add).numpy()
+  return SplitStats(rate, *totals.T)
+
+
+def make_dataset(file_patterns: List[str],
+                 tf_transform_output: tft.TFTransformOutput,
+                 label: str,
+                 batch_size: int,
+                 shuffle: bool,
+                 seed: int = 0,
+                 part: str = "all",
+                 buckets: int = 0,
+                 negative_sampling_rate: float = NO_SAMPLING,
+                 cache: bool = False) -> tf.data.Dataset:
+  """(features, label) batches of transformed features from ExampleGen's
+  raw examples.
+
+  Transform does not write transformed examples (materialize=False: Beam's
+  per-record Python made that its slowest part, docs/benchmark_data.md);
+  each batch is parsed with the raw schema and goes through the Transform
+  graph here, as serving requests do. Records are batched BEFORE parsing
+  (one parse_example and one graph call per batch instead of one per
+  record), and files are read in parallel in chunks (_record_chunks), so
+  input is not the bottleneck.
+  `part` and `buckets` keep the train or validation part of the records,
+  and a negative_sampling_rate below 1 keeps the records sampling keeps
+  (select_records: on the serialized bytes, in chunks of _RECORD_CHUNK,
+  before any parsing of the features); then the batches are
+  (features, label, importance weight). `cache` keeps the selected
+  serialized records in memory after the first full pass, so later passes
+  (epochs, validations, the bias refit) neither read, decompress nor hash
+  the split again; they still shuffle, parse and transform.
+  """
+  files = [f for p in file_patterns for f in tf.io.gfile.glob(p)]
+  raw_spec = tf_transform_output.raw_feature_spec()
+  transform = tf_transform_output.transform_features_layer()
+  dataset = _record_chunks(files, shuffle, seed)
+  rate = negative_sampling_rate
+  if part != "all" or rate < 1 or cache:
+    dataset = dataset.map(
+        lambda chunk: select_records(chunk, label, part, buckets, rate),
+        num_parallel_calls=tf.data.AUTOTUNE)
+    if cache:
+      dataset = dataset.cache()
+  dataset = dataset.unbatch()
+  if shuffle:
+    dataset = dataset.shuffle(max(16 * batch_size, 10_000), seed=seed)
+  dataset = dataset.batch(batch_size)
+
+  def parse(serialized):
+    parsed = dict(transform(tf.io.parse_example(serialized, raw_spec)))
+    labels = parsed.pop(label)
+    if rate < 1:
+      return parsed, labels, importance_weights(labels, rate)
+    return parsed, labels
+
+  return dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE).prefetch(
+      tf.data.AUTOTUNE)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingData:
+  """The train split, carved into the part trained on and the validation
+  slice of early stopping (the eval split is not read: it is the
+  Evaluator's honest test).
+
+  Attributes:
+    train: shuffled (features, label) batches of the training part.
+    validation: (features, label) batches of the validation slice.
+    train_examples: examples in the training part.
+    validation_examples: examples in the validation slice.
+    click_rate: click rate of the training part (importance-weighted
+      under negative sampling: the unsampled rate's estimate).
+    validation_buckets: the slice's hash buckets (validation_buckets).
+    negative_sampling: {} without negative sampling; else the record of
+      sampling_record (rate, weights, the instability warning).
+    cached: whether the training part keeps its records in memory after
+      its first pass (make_dataset's cache; cache_fits). The validation
+      slice keeps them whenever it fits on its own.
+  """
+  train: tf.data.Dataset
+  validation: tf.data.Dataset
+  train_examples: int
+  validation_examples: int
+  click_rate: float
+  validation_buckets: int
+  negative_sampling: Mapping[str, Any] = dataclasses.field(
+      default_factory=dict)
+  cached: bool = False
+
+
+def cache_fits(rows: int, serialized_bytes: int,
+               available_bytes: int) -> bool:
+  """Whether make_dataset's cache of these records fits the memory budget
+  (CACHE_MEMORY_SHARE of the free memory, CACHE_ROW_OVERHEAD per row)."""
+  return (serialized_bytes + rows * CACHE_ROW_OVERHEAD
+          <= CACHE_MEMORY_SHARE * available_bytes)
+
+
+def sampling_record(rate: float, click_rate: float,
+                    batch_size: int) -> Dict[str, Any]:
+  """What negative sampling at `rate` does to training, and a warning when
+  its weights make training unstable.
+
+  The rule: a kept non-click weighs 1 / rate; when that is more than the
+  clicks a training batch holds on average (batch_size times the kept
+  click share, c / (c + rate (1 - c)) at click rate c), ONE non-click
+  outweighs all the batch's clicks, and the gradient of a step hangs on
+  which few non-clicks the hash kept. Also recorded: the batch's effective
+  sample size (sum w)^2 / sum w^2 as a share of the batch (1 unweighted).
+  """
+  c = min(max(click_rate, 1e-9), 1 - 1e-9)
+  kept_click_share = c / (c + rate * (1 - c))
+  clicks_per_batch = batch_size * kept_click_share
+  weight = 1.0 / rate
+  effective = (kept_click_share + (1 - kept_click_share) * weight) ** 2 / (
+      kept_click_share + (1 - kept_click_share) * weight ** 2)
+  warning = None
+  if weight > clicks_per_batch:
+    warning = (f"negative sampling rate {rate} weighs a kept non-click "
+               f"{weight:.4g}x, more than the {clicks_per_batch:.1f} clicks "
+               f"of an average batch of {batch_size}: one non-click "
+               "outweighs the batch's clicks and training is unstable; "
+               "raise --negative-sampling-rate or --batch-size")
+  return {"rate": rate, "non_click_weight": weight,
+          "kept_click_share": kept_click_share,
+          "clicks_per_batch": clicks_per_batch,
+          "effective_batch_share": effective, "warning": warning}
+
+
+def training_part(train_files: List[str],
+                  tf_transform_output: tft.TFTransformOutput, label: str,
+                  batch_size: int, buckets: int, negative_sampling_rate: float,
+                  seed: int, cache: bool = False) -> tf.data.Dataset:
+  """The shuffled training part of the train split (TrainingData.train):
+  one definition for training_data and each replica's own shuffle."""
+  return make_dataset(train_files, tf_transform_output, label, batch_size,
+                      shuffle=True, seed=seed, part="train", buckets=buckets,
+                      negative_sampling_rate=negative_sampling_rate,
+                      cache=cache)
+
+
+def training_data(train_files: List[str],
+                  tf_transform_output: tft.TFTransformOutput, label: str,
+                  batch_size: int, seed: int = 0,
+                  negative_sampling_rate: float = NO_SAMPLING) -> TrainingData:
+  """The training part and the validation slice of the train split
+  (`seed`: the training part's shuffle).
+
+  Negative sampling (rate below 1) applies to both parts, with the same
+  weights: the weighted validation log loss estimates the unsampled one,
+  so early stopping and the bias refit judge the objective training
+  minimises, at the sampled cost. The eval split is never sampled: TFMA
+  (the Evaluator, the study) scores the unsampled eval examples without
+  weights, the distribution the model serves.
+
+  One pass over the split counts both parts (split_stats); when the kept
+  records fit (cache_fits), both parts are cached in memory, so epochs
+  after the first read, decompress and hash only what sampling kept. When
+  they do not, the validation slice (at most MAX_VALIDATION_EXAMPLES) is
+  still cached on its own: else every validation and the bias refit would
+  read the whole split again to find it.
+  """
+  rate = negative_sampling_rate
+  stats = split_stats(train_files, label, rate)
+  split_examples = int(stats.records.sum())
+  buckets = validation_buckets(split_examples)
+  train_examples, click_rate = stats.label_stats("train", buckets)
+  validation_examples = stats.label_stats("validation", buckets)[0]
+  if validation_examples == 0 or train_examples == 0:
+    raise ValueError(f"the train split's {split_examples} examples are too "
+                     "few to hold out a validation slice for early stopping; "
+                     "give more data")
+  sampling = {}
+  if rate < 1:
+    sampling = sampling_record(rate, click_rate, batch_size)
+    if sampling["warning"]:
+      logging.warning("%s", sampling["warning"])
+  available = psutil.virtual_memory().available
+  cache = cache_fits(int(stats.kept.sum()), int(stats.kept_bytes.sum()),
+                     available)
+  validation = stats.part("validation", buckets)
+  cache_validation = cache or cache_fits(
+      int(stats.kept[validation].sum()),
+      int(stats.kept_bytes[validation].sum()), available)
+  return TrainingData(
+      train=training_part(train_files, tf_transform_output, label,
+                          batch_size, buckets, rate, seed, cache),
+      validation=make_dataset(train_files, tf_transform_output, label,
+                              batch_size, shuffle=False, part="validation",
+                              buckets=buckets, negative_sampling_rate=rate,
+                              cache=cache_validation),
+      train_examples=train_examples, validation_examples=validation_examples,
+      click_rate=click_rate, validation_buckets=buckets,
+      negative_sampling=sampling, cached=cache)

@@ -1,0 +1,150 @@
+"""The hyperparameters a model trains with (base, auto, tuned, scaled) and
+the model built and compiled with them: what run_fn, the tuner's trials,
+the study and the benchmark share before fit."""
+
+import dataclasses
+import math
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+import tensorflow_transform as tft
+
+from trainer_module import features
+from trainer_module import hparams
+from trainer_module import models
+from trainer_module import preprocessing
+from trainer_module import scaling
+from trainer_module import training
+from trainer_module.settings import TrainerSettings
+
+
+def training_hparams(settings: TrainerSettings, tuned: Mapping[str, float],
+                     train_examples: Optional[int] = None) -> Dict[str, Any]:
+  """Base (auto, possibly tuned) and scaled hyperparameters, as recorded.
+
+  The settings' auto_hparams that were not tuned are derived from
+  `train_examples` (scaling.auto_base_hparams; not when it is None, e.g. to
+  show a tuning result); tuned values replace the others.
+  """
+  tuned_base = {k: v for k, v in tuned.items() if k in hparams.BY_NAME}
+  auto = [k for k in settings.auto_hparams
+          if k not in tuned_base] if train_examples else []
+  base = scaling.auto_base_hparams(
+      settings.base_hparams, settings.reference_examples, train_examples,
+      auto) if auto else dict(settings.base_hparams)
+  base.update(tuned_base)
+  scaled = scaling.scale_hparams(settings.scaling_rule, base,
+                                 settings.base_batch_size,
+                                 settings.batch_size)
+  return {"rule": settings.scaling_rule,
+          "auto": auto,
+          "base_batch_size": settings.base_batch_size,
+          "batch_size": settings.batch_size,
+          "base": base,
+          "scaled": scaled}
+
+
+def model_options(settings: TrainerSettings,
+                  tuned: Mapping[str, Any]) -> models.ModelOptions:
+  """The configured ModelOptions with the tuned sizes among `tuned`."""
+  options = settings.model_options
+  sizes = {}
+  if "embedding_dim" in tuned:
+    sizes["embedding_dim"] = tuned["embedding_dim"]
+  if "dnn_units" in tuned or "dnn_layers" in tuned:
+    units = tuned.get("dnn_units", options.hidden_units[0])
+    sizes["hidden_units"] = (units,) * tuned.get("dnn_layers",
+                                                 len(options.hidden_units))
+  return dataclasses.replace(options, **sizes)
+
+
+def steps_per_epoch(train_examples: int, batch_size: int) -> int:
+  """Training steps of one epoch: the last, partial batch is a step."""
+  return math.ceil(train_examples / batch_size)
+
+
+def build_and_compile(settings: TrainerSettings, tuned: Mapping[str, Any],
+                      tf_transform_output: tft.TFTransformOutput,
+                      train_examples: int, click_rate: float,
+                      architecture: Optional[str] = None,
+                      vocab_scale: int = 1
+                     ) -> Tuple[models.CTRModel, Dict[str, Any]]:
+  """The configured model, compiled with the scaled (tuned) hyperparameters.
+
+  The first half of train(); KerasTuner calls it alone to build a trial's
+  model (CtrHyperModel.build), then train() with that model.
+
+  Args:
+    settings: the Trainer's settings.
+    tuned: KerasTuner values: base hyperparameters (at the base batch size;
+      they replace settings.base_hparams before scaling) and
+      search_space.MODEL_SIZE_KEYS. Other keys are ignored.
+    tf_transform_output: the Transform output (vocabulary sizes).
+    train_examples: training examples (the auto base hyperparameters and
+      the steps per epoch, the warmup length, follow from it).
+    click_rate: the training click rate. The global bias starts at its
+      log-odds, so the model is calibrated from the first step instead of
+      spending its early (warmup) steps learning the base rate: short runs
+      otherwise end miscalibrated by 10-20%.
+    architecture: a models.MODELS name instead of settings.model: the
+      logistic-regression baseline (models.LOGISTIC_REGRESSION), trained
+      with the same hyperparameters and without CowClip (it has no deep
+      embeddings to clip).
+    vocab_scale: tables this many times larger than the vocabularies (the
+      benchmark's step cost against table size; the ids still index the
+      first rows). 1 everywhere else.
+
+  Returns:
+    The model and the record of what it was built with: training_hparams
+    plus vocab_sizes and model_options.
+  """
+  spec = settings.spec
+  architecture = architecture or settings.model
+  record = training_hparams(settings, tuned, train_examples)
+  options = model_options(settings, tuned)
+  vocab_sizes = {field: size * vocab_scale for field, size in
+                 preprocessing.vocabulary_sizes(tf_transform_output,
+                                                spec).items()}
+  model = models.build_model(architecture, vocab_sizes, spec.dense, options)
+  rate = min(max(click_rate, 1e-6), 1 - 1e-6)
+  model.bias.assign([math.log(rate / (1 - rate))])
+  training.compile_model(model, training.TrainingConfig(
+      **record["scaled"],
+      steps_per_epoch=steps_per_epoch(train_examples, settings.batch_size),
+      cowclip=(settings.cowclip and
+               architecture != models.LOGISTIC_REGRESSION),
+      cowclip_variant=settings.cowclip_variant,
+      embedding_update=settings.embedding_update,
+      bias_constraints=(settings.bias_constraints if
+                        architecture != models.LOGISTIC_REGRESSION else ()),
+      bias_constraint_lr=settings.bias_constraint_lr))
+  record.update(vocab_sizes=vocab_sizes, click_rate=click_rate,
+                model_options=dataclasses.asdict(options))
+  return model, record
+
+
+def check_training_fits(vocab_sizes: Mapping[str, int], embedding_dim: int,
+                        batch_size: int, train_examples: int,
+                        available_bytes: int, replicas: int = 1) -> str:
+  """Fails before training when the batch or the tables cannot fit.
+
+  Returns a one-line summary of the table sizes for the log. The estimate
+  counts the deep (d) and wide (1) tables with Adam's two moments, float32,
+  once per replica (run_fn holds every replica until the export).
+  """
+  if train_examples <= 0:
+    raise ValueError("the training split is empty: nothing to train on")
+  if batch_size > train_examples:
+    raise ValueError(f"batch size {batch_size} is larger than the "
+                     f"{train_examples} training examples: lower --batch-size "
+                     "or give more data")
+  rows = sum(vocab_sizes.values())
+  table_bytes = rows * (embedding_dim + 1) * 4 * 3 * replicas
+  summary = (f"{len(vocab_sizes)} embedding tables, {rows:,} rows (each with "
+             f"{features.NUM_OOV_BUCKETS} OOV bucket), ~{table_bytes / 2**20:,.0f}"
+             " MiB with Adam state"
+             + (f" for {replicas} replicas" if replicas > 1 else ""))
+  if table_bytes > available_bytes:
+    raise ValueError(f"{summary}: more than the {available_bytes / 2**20:,.0f}"
+                     " MiB of free memory; raise --min-frequency to shrink "
+                     "the vocabularies or lower --embedding-dim")
+  return summary
