@@ -398,15 +398,31 @@ def write_report(output_dir: str,
 
 
 def run_with_report(config: PipelineConfig) -> metadata.RunOutcome:
-  """Runs the whole pipeline (pipeline.runner), then writes its report."""
+  """Runs the whole pipeline (pipeline.runner), then writes its report.
+
+  A failed run gets a report too (that is when it is needed), but not one
+  refused before any component started: there is no run to report on.
+  """
   try:
-    return runner.run_pipeline(config)
-  finally:  # A failed run gets a report too: that is when it is needed.
-    try:
-      logging.info("report: %s",
-                   write_report(config.output, config.min_slice_size))
-    except Exception:  # pylint: disable=broad-except
-      logging.exception("could not write the run report")
+    outcome = runner.run_pipeline(config)
+  except runner.InputError:
+    raise
+  except BaseException:
+    _write_report_logged(config)
+    raise
+  _write_report_logged(config)
+  return outcome
+
+
+def _write_report_logged(config: PipelineConfig) -> None:
+  """Writes the run's report; a failure to write it is logged, not raised:
+  a report must not fail the run it describes, nor hide its error."""
+  try:
+    logging.info("report: %s",
+                 write_report(config.output, config.min_slice_size))
+  except Exception as error:  # pylint: disable=broad-except
+    logging.warning("could not write the run report: %s", error,
+                    exc_info=True)
 
 
 def write_comparison_page(runs: Sequence[RunSummary]) -> str:
