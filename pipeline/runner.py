@@ -8,6 +8,7 @@ evaluation are.
 """
 
 import contextlib
+import logging
 import os
 import tempfile
 from typing import Iterator
@@ -15,6 +16,7 @@ from typing import Iterator
 from tfx import v1 as tfx
 from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
 
+from components.raw_example_gen import input_files
 from pipeline import metadata
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_pipeline
@@ -29,11 +31,14 @@ EXIT_NOT_PUSHED = 3
 
 
 class InputError(ValueError):
-  """The raw data path is missing or empty."""
+  """The raw data path is missing, empty or holds foreign files."""
 
 
-def check_input(path: str) -> None:
-  """Fails before any component starts if there is nothing to read."""
+def check_input(config: PipelineConfig) -> None:
+  """Fails before any component starts if there is nothing to read, or
+  files that are not the dataset's training data (names them; with
+  config.skip_foreign_files, logs that they will be skipped)."""
+  path = config.data
   if not os.path.exists(path):
     raise InputError(f"input path {path!r} does not exist")
   files = ([os.path.join(path, f) for f in sorted(os.listdir(path))
@@ -44,6 +49,16 @@ def check_input(path: str) -> None:
   if all(os.path.getsize(f) == 0 for f in files):
     raise InputError(f"input {path!r} is empty: "
                      f"{', '.join(os.path.basename(f) for f in files)}")
+  try:
+    sorted_input = input_files.check_files(files, config.spec,
+                                           config.skip_foreign_files)
+  except input_files.ForeignFilesError as error:
+    raise InputError(str(error)) from None
+  for line in sorted_input.describe_foreign():
+    logging.warning("skipped, not training data: %s", line)
+  if not sorted_input.data:
+    raise InputError(f"input {path!r} holds no {config.dataset} training "
+                     "data")
 
 
 def read_outcome(config: PipelineConfig) -> metadata.RunOutcome:
@@ -69,7 +84,7 @@ def run_temp_dir() -> Iterator[None]:
 
 def run_pipeline(config: PipelineConfig) -> metadata.RunOutcome:
   """Runs the whole pipeline for `config` and returns its outcome."""
-  check_input(config.data)
+  check_input(config)
   os.makedirs(config.output, exist_ok=True)
   runner = (tfx.orchestration.LocalDagRunner() if config.runner == "local"
             else BeamDagRunner())
