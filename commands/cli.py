@@ -30,8 +30,10 @@ import traceback
 from typing import List, Optional
 
 from commands import benchmark
+from commands import console
 from commands import flags
 from commands import generate
+from commands import import_output
 from commands import kfp
 from commands import report
 from commands import report_reading
@@ -71,20 +73,21 @@ def report_failure(error: Exception, verbose: bool,
   if output and os.path.isdir(output):
     print(f"(artifacts already produced are kept under {output}; re-run "
           "with the same --output to resume from the cache)", file=sys.stderr)
+  log = os.path.join(output or "", console.LOG_FILE)
+  if output and os.path.isfile(log) and not verbose:
+    print(f"(what the libraries said, tracebacks included: {log})",
+          file=sys.stderr)
   return runner.EXIT_FAILED
 
 
 def _run(args: argparse.Namespace) -> int:
-  config = flags.config_from_args(args)
-  outcome = report.run_with_report(config)
-  print(outcome.describe())
-  print(f"report:           "
-        f"{os.path.join(config.output, report.REPORT_DIR, report.INDEX_PAGE)}")
-  return 0 if outcome.pushed else runner.EXIT_NOT_PUSHED
+  run = report.run_with_report(flags.config_from_args(args), args.verbose)
+  print(run.headline())
+  return 0 if run.outcome.pushed else runner.EXIT_NOT_PUSHED
 
 
 def _tune(args: argparse.Namespace) -> int:
-  outcome = tune.run_tuning(flags.config_from_args(args))
+  outcome = tune.run_tuning(flags.config_from_args(args), args.verbose)
   print(outcome.describe())
   return 0
 
@@ -158,8 +161,17 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
   logging.basicConfig(level=logging.INFO,
                       format="%(asctime)s %(levelname)s %(message)s")
-  args = build_parser().parse_args(argv)
+  try:
+    args = build_parser().parse_args(argv)
+  except SystemExit:  # --help or a usage error: argparse has said it.
+    import_output.release(sys.stderr.buffer)
+    raise
+  if args.verbose or args.handler not in (_run, _tune):
+    import_output.release(sys.stderr.buffer)
   try:
     return args.handler(args)
   except Exception as error:  # pylint: disable=broad-except
+    import_output.release(None)
     return report_failure(error, args.verbose, getattr(args, "output", None))
+  finally:
+    import_output.release(None)

@@ -127,6 +127,45 @@ def describe(run: RunSummary) -> str:
   return "\n".join(lines)
 
 
+# The headline's metrics: (TFMA name, label).
+HEADLINE_METRICS = (("auc", "AUC"), ("binary_crossentropy", "log loss"),
+                    ("calibration", "calibration"))
+
+
+def _headline_metrics(metrics: Metrics, prefix: str = "") -> str:
+  return "  ".join(f"{label} {format_metric(name, metrics.get(prefix + name))}"
+                   for name, label in HEADLINE_METRICS)
+
+
+def headline(run: RunSummary, page: Optional[str]) -> str:
+  """The end of a run on the console: the model's metrics beside the
+  logistic-regression baseline's, the gate's verdict and why, where the
+  model went, each component's time and the report."""
+  lines = []
+  if run.evaluation:
+    overall = run.evaluation.overall
+    lines.append(f"model:      {_headline_metrics(overall)}")
+    if _has_lr(run.evaluation):
+      lines.append(f"baseline:   {_headline_metrics(overall, LR_PREFIX)}"
+                   "  (logistic regression)")
+  outcome = run.outcome
+  if outcome and outcome.ingestion:
+    lines.append(f"ingested:   {outcome.ingestion}")
+  if outcome and not outcome.pushed and outcome.failed_checks:
+    lines += [f"not pushed: {check}" for check in outcome.failed_checks]
+  else:
+    lines.append(f"pushed:     {push_verdict(run)}")
+  if run.components:
+    lines.append("components: " + ", ".join(
+        f"{c.node} " + ("cached" if c.state == "CACHED" else
+                        f"{c.seconds:.1f} s" if c.state == "COMPLETE" else
+                        c.state.lower())
+        for c in run.components))
+  if page:
+    lines.append(f"report:     {page}")
+  return "\n".join(lines)
+
+
 def run_labels(runs: Sequence[RunSummary]) -> List[str]:
   names = [os.path.basename(os.path.abspath(r.output_dir)) for r in runs]
   if len(set(names)) < len(names):

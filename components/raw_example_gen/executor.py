@@ -147,7 +147,7 @@ def plan_input_files(pattern: str, spec: features.DatasetSpec,
     raise FileNotFoundError(f"no input files match {pattern}")
   sorted_input = input_files.check_files(paths, spec, skip_foreign_files)
   for line in sorted_input.describe_foreign():
-    logging.warning("Skipping a file that is not training data: %s", line)
+    logging.warning("skipping, not training data: %s", line)
   planned = []
   data_base = 0
   for path in sorted_input.data:
