@@ -12,6 +12,7 @@ from commands.report_reading import Evaluation
 from commands.report_reading import LR_PREFIX
 from commands.report_reading import Metrics
 from commands.report_reading import RunSummary
+from pipeline.metadata import ComponentState
 
 # TFMA names of the metrics shown first, in this order; the others follow
 # alphabetically.
@@ -137,6 +138,13 @@ def _headline_metrics(metrics: Metrics, prefix: str = "") -> str:
                    for name, label in HEADLINE_METRICS)
 
 
+def _component_time(component: ComponentState) -> str:
+  """'43.2 s', or how it ended when it did not run to completion here."""
+  if component.state == "COMPLETE" and component.seconds is not None:
+    return f"{component.seconds:.1f} s"
+  return "cached" if component.state == "CACHED" else component.state.lower()
+
+
 def headline(run: RunSummary, page: Optional[str]) -> str:
   """The end of a run on the console: the model's metrics beside the
   logistic-regression baseline's, the gate's verdict and why, where the
@@ -157,10 +165,7 @@ def headline(run: RunSummary, page: Optional[str]) -> str:
     lines.append(f"pushed:     {push_verdict(run)}")
   if run.components:
     lines.append("components: " + ", ".join(
-        f"{c.node} " + ("cached" if c.state == "CACHED" else
-                        f"{c.seconds:.1f} s" if c.state == "COMPLETE" else
-                        c.state.lower())
-        for c in run.components))
+        f"{c.node} {_component_time(c)}" for c in run.components))
   if page:
     lines.append(f"report:     {page}")
   return "\n".join(lines)
