@@ -52,7 +52,9 @@ def run_arguments(dataset, data, output, *extra):
           # 4k eval rows: AUC's standard error is ~0.008, and the
           # generated Avazu signal is nearly linear (deep ~ LR).
           # The LR check's refusal is tested in test_lr_gate.
-          "--max-auc-below-lr", "0.02", *extra]
+          "--max-auc-below-lr", "0.02",
+          # Criteo's test.txt and readme.txt beside train.txt.gz.
+          "--skip-foreign-files", *extra]
 
 
 def run_cli(dataset, data, output, *extra):
@@ -103,8 +105,7 @@ def finished_run(request, tmp_path_factory):
   data.mkdir()
   _write_raw_files(dataset, data)
   code, out, err = run_command(*run_arguments(
-      dataset, data, root / "out", "--skip-foreign-files",
-      *PRODUCTION_PRACTICE[dataset]))
+      dataset, data, root / "out", *PRODUCTION_PRACTICE[dataset]))
   return dataset, data, root / "out", code, out + err
 
 
