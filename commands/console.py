@@ -14,13 +14,17 @@ the headline.
 import contextlib
 import logging
 import os
+import re
 import sys
 import time
-from typing import Dict, Iterator, TextIO
+from typing import Dict, Iterator, Optional, TextIO
 
 from rich.console import Console
+from rich.text import Text
 from rich.progress import Progress
+from rich.progress import ProgressColumn
 from rich.progress import SpinnerColumn
+from rich.progress import Task
 from rich.progress import TaskID
 from rich.progress import TextColumn
 from rich.progress import TimeElapsedColumn
@@ -30,6 +34,14 @@ from pipeline import config as config_lib
 from pipeline import runner
 
 LOG_FILE = os.path.join("logs", "run.log")
+# How much of the end of the run log the live display reads for the
+# Trainer's (and Tuner's) latest Keras epoch.
+_LOG_TAIL_BYTES = 16 << 10
+# Keras' epoch header and the training step's rate line (trainer_module).
+_EPOCH = re.compile(r"^Epoch (\d+/\d+)$", re.MULTILINE)
+_RATE = re.compile(r"^Epoch \d+: ([\d,]+ examples/s)", re.MULTILINE)
+
+
 @contextlib.contextmanager
 def library_output_to_log(output_dir: str) -> Iterator[TextIO]:
   """Sends fds 1 and 2 to output_dir/logs/run.log (appended); yields a
@@ -79,18 +91,46 @@ class _ConsoleHandler(logging.Handler):
     self._console.print(self.format(record))
 
 
+class _LatestEpochColumn(ProgressColumn):
+  """A running component's latest Keras epoch and examples/s, from what it
+  wrote to the run log since it started (Keras prints them there)."""
+
+  def __init__(self, log_path: Optional[str]):
+    super().__init__()
+    self._log_path = log_path
+
+  def log_size(self) -> int:
+    return os.path.getsize(self._log_path) if self._log_path else 0
+
+  def render(self, task: Task) -> Text:
+    if task.finished or not self._log_path:
+      return Text("")
+    with open(self._log_path, "rb") as log:
+      size = log.seek(0, os.SEEK_END)
+      log.seek(max(task.fields["log_offset"], size - _LOG_TAIL_BYTES))
+      tail = log.read().decode("utf-8", "replace")
+    epochs, rates = _EPOCH.findall(tail), _RATE.findall(tail)
+    return Text(", ".join(([f"epoch {epochs[-1]}"] if epochs else []) +
+                          rates[-1:]))
+
+
 class ComponentProgress(logging.Handler):
   """Each component's start and end with its time, from the runner's
   progress records (pipeline.runner.PROGRESS_LOGGER): on a terminal a live
-  line per component with a spinner and the elapsed time (rich),
-  otherwise plain lines."""
+  line per component with a spinner, the elapsed time and, in training,
+  the latest epoch (rich); otherwise plain lines."""
 
-  def __init__(self, console: Console):
+  def __init__(self, console: Console, log_path: Optional[str]):
     super().__init__(logging.INFO)
     self._console = console
     self._started: Dict[str, float] = {}
+    self._epochs = _LatestEpochColumn(log_path)
     self._progress = (Progress(SpinnerColumn(), TextColumn("{task.description}"),
-                               TimeElapsedColumn(), console=console)
+                               TimeElapsedColumn(), self._epochs,
+                               console=console, refresh_per_second=2,
+                               # Python's own stdout and stderr (Keras'
+                               # progress bars) stay in the run log.
+                               redirect_stdout=False, redirect_stderr=False)
                       if console.is_terminal else None)
     self._tasks: Dict[str, TaskID] = {}
 
@@ -110,7 +150,8 @@ class ComponentProgress(logging.Handler):
     if record.event == runner.STARTED:
       self._started[node] = time.monotonic()
       if self._progress:
-        self._tasks[node] = self._progress.add_task(node, total=None)
+        self._tasks[node] = self._progress.add_task(
+            node, total=None, log_offset=self._epochs.log_size())
       else:
         self._console.print(f"{node} ...")
       return
@@ -133,9 +174,10 @@ def pipeline_console(output_dir: str, verbose: bool) -> Iterator[None]:
               stack.enter_context(library_output_to_log(output_dir)))
     console = Console(file=stream, highlight=False, markup=False,
                       soft_wrap=True)
-    progress_logger = logging.getLogger(runner.PROGRESS_LOGGER)
-    _attach(stack, progress_logger,
-            stack.enter_context(ComponentProgress(console)), logging.INFO)
+    progress = ComponentProgress(
+        console, None if verbose else os.path.join(output_dir, LOG_FILE))
+    _attach(stack, logging.getLogger(runner.PROGRESS_LOGGER),
+            stack.enter_context(progress), logging.INFO)
     if not verbose:
       warnings = _ConsoleHandler(console, logging.WARNING)
       warnings.setFormatter(logging.Formatter("warning: %(message)s"))
