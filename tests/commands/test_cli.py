@@ -126,3 +126,24 @@ def test_study_takes_the_activation_and_the_sampling_rate():
   assert flags.activation_options(args) == {"activation": "smelu",
                                             "smelu_beta": 2.0}
   assert args.negative_sampling_rate == 0.5
+
+
+def test_user_errors_are_one_line_internal_errors_show_the_traceback(
+    tmp_path, capsys):
+  try:
+    raise ValueError("train.txt line 3: field I1 = 'x' is not an integer")
+  except ValueError as error:  # Raised here to carry a traceback.
+    user_error = error
+  try:
+    raise KeyError("node")
+  except KeyError as error:
+    internal_error = error
+  assert cli.report_failure(user_error, False, None) == runner.EXIT_FAILED
+  assert capsys.readouterr().err == (
+      "error: train.txt line 3: field I1 = 'x' is not an integer\n")
+  cli.report_failure(user_error, True, None)
+  assert "Traceback" in capsys.readouterr().err
+  cli.report_failure(internal_error, False, str(tmp_path))
+  err = capsys.readouterr().err
+  assert "Traceback" in err and "error: internal error: KeyError: 'node'" in err
+  assert f"kept under {tmp_path}" in err
