@@ -166,7 +166,7 @@ def sort_out(paths: Sequence[str], spec: features.DatasetSpec) -> SortedInput:
   name = spec.name.capitalize()
   instead = (f"point --data at {data[0]}" if len(data) == 1 else
              f"point --data at one of {', '.join(data)}" if data else
-             f"point --data at the labelled training file")
+             "point --data at the labelled training file")
   foreign = {
       p: (f"{name}'s unlabelled test file ({columns} columns: {name}'s "
           f"layout without the label column {spec.label!r}); it cannot be "
