@@ -26,11 +26,14 @@ except RuntimeError as error:
 import argparse
 import logging
 import os
+import traceback
 from typing import List, Optional
 
 from commands import benchmark
+from commands import console
 from commands import flags
 from commands import generate
+from commands import import_output
 from commands import kfp
 from commands import report
 from commands import report_reading
@@ -42,6 +45,13 @@ from pipeline import config as config_lib
 from pipeline import runner
 
 
+# What a user can fix: a path, a file, a flag, the data (ValueError, the
+# project's convention for bad input, covers InputError, HeaderError,
+# ReportError and the config checks). These end in their message alone;
+# anything else is an internal error and shows its traceback.
+USER_ERRORS = (ValueError, OSError)
+
+
 def root_cause(error: BaseException) -> BaseException:
   """The innermost exception: the one that says what went wrong."""
   while error.__cause__ is not None or (
@@ -50,35 +60,35 @@ def root_cause(error: BaseException) -> BaseException:
   return error
 
 
-def _run(args: argparse.Namespace) -> int:
-  config = flags.config_from_args(args)
-  try:
-    outcome = report.run_with_report(config)
-  except Exception as error:  # pylint: disable=broad-except
-    return _pipeline_failed(config.output, error)
-  print(outcome.describe())
-  print(f"report:           "
-        f"{os.path.join(config.output, report.REPORT_DIR, report.INDEX_PAGE)}")
-  return 0 if outcome.pushed else runner.EXIT_NOT_PUSHED
-
-
-def _pipeline_failed(output: str, error: Exception) -> int:
+def report_failure(error: Exception, verbose: bool,
+                   output: Optional[str]) -> int:
+  """Says why a command failed on stderr: one line for a user error (with
+  --verbose, or for an internal error, the traceback first)."""
   cause = root_cause(error)
-  logging.debug("pipeline failed", exc_info=error)
-  print(f"\nerror: the pipeline failed: {type(cause).__name__}: {cause}",
+  user_error = isinstance(cause, USER_ERRORS)
+  if verbose or not user_error:
+    traceback.print_exception(type(error), error, error.__traceback__)
+  print(f"error: {cause}" if user_error else
+        f"error: internal error: {type(cause).__name__}: {cause}",
         file=sys.stderr)
-  print(f"(artifacts already produced are kept under {output}; "
-        "re-run with the same --output to resume from the cache)",
-        file=sys.stderr)
+  if output and os.path.isdir(output):
+    print(f"(artifacts already produced are kept under {output}; re-run "
+          "with the same --output to resume from the cache)", file=sys.stderr)
+  log = os.path.join(output or "", console.LOG_FILE)
+  if output and os.path.isfile(log) and not verbose:
+    print(f"(what the libraries said, tracebacks included: {log})",
+          file=sys.stderr)
   return runner.EXIT_FAILED
 
 
+def _run(args: argparse.Namespace) -> int:
+  run = report.run_with_report(flags.config_from_args(args), args.verbose)
+  print(run.headline())
+  return 0 if run.outcome.pushed else runner.EXIT_NOT_PUSHED
+
+
 def _tune(args: argparse.Namespace) -> int:
-  config = flags.config_from_args(args)
-  try:
-    outcome = tune.run_tuning(config)
-  except Exception as error:  # pylint: disable=broad-except
-    return _pipeline_failed(config.output, error)
+  outcome = tune.run_tuning(flags.config_from_args(args), args.verbose)
   print(outcome.describe())
   return 0
 
@@ -157,15 +167,26 @@ def build_parser() -> argparse.ArgumentParser:
       "study", help="train every scaling rule x batch size on one Transform")
   study.add_arguments(scaling_study)
   scaling_study.set_defaults(handler=study.main)
+  for command in commands.choices.values():
+    command.add_argument("--verbose", action="store_true",
+                         help="tracebacks of user errors too")
   return parser
 
 
 def main(argv: Optional[List[str]] = None) -> int:
   logging.basicConfig(level=logging.INFO,
                       format="%(asctime)s %(levelname)s %(message)s")
-  args = build_parser().parse_args(argv)
+  try:
+    args = build_parser().parse_args(argv)
+  except SystemExit:  # --help or a usage error: argparse has said it.
+    import_output.release(sys.stderr.buffer)
+    raise
+  if args.verbose or args.handler not in (_run, _tune):
+    import_output.release(sys.stderr.buffer)
   try:
     return args.handler(args)
-  except ValueError as error:  # Bad arguments found while building config.
-    print(f"error: {error}", file=sys.stderr)
-    return runner.EXIT_FAILED
+  except Exception as error:  # pylint: disable=broad-except
+    import_output.release(None)
+    return report_failure(error, args.verbose, getattr(args, "output", None))
+  finally:
+    import_output.release(None)

@@ -112,6 +112,10 @@ def add_run_arguments(parser: argparse.ArgumentParser,
   parser.add_argument("--max-bad-fraction", type=float,
                       default=features.DEFAULT_MAX_BAD_FRACTION,
                       help="malformed rows above this share fail the run")
+  parser.add_argument("--skip-foreign-files", action="store_true",
+                      help="skip the files of --data that are not the "
+                      "dataset's training data (an unlabelled test file, a "
+                      "readme, an archive), naming them, instead of failing")
   parser.add_argument("--min-auc", type=float,
                       default=config_lib.DEFAULT_MIN_AUC,
                       help="AUC floor (overall slice) for pushing")
@@ -309,6 +313,7 @@ def config_from_args(args: argparse.Namespace) -> PipelineConfig:
       cowclip=args.cowclip, hparams=overrides,
       min_frequency=args.min_frequency, eval_fraction=args.eval_fraction,
       split=args.split, max_bad_fraction=args.max_bad_fraction,
+      skip_foreign_files=args.skip_foreign_files,
       min_auc=args.min_auc, max_auc_drop=args.max_auc_drop,
       max_logloss_increase=args.max_logloss_increase,
       max_auc_below_lr=args.max_auc_below_lr,

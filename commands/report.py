@@ -9,13 +9,15 @@ exists. `python -m pipeline report DIR [--compare OTHER_DIR]` writes it and
 prints the summary.
 """
 
+import dataclasses
 import html
 import logging
 import os
-from typing import Any, List, Mapping, Sequence
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 from matplotlib.figure import Figure
 
+from commands import console
 from commands import report_calibration
 from commands import report_figures
 from commands import report_reading
@@ -397,16 +399,54 @@ def write_report(output_dir: str,
   return write_run_page(report_reading.read_run(output_dir, min_slice_size))
 
 
-def run_with_report(config: PipelineConfig) -> metadata.RunOutcome:
-  """Runs the whole pipeline (pipeline.runner), then writes its report."""
-  try:
-    return runner.run_pipeline(config)
-  finally:  # A failed run gets a report too: that is when it is needed.
+@dataclasses.dataclass(frozen=True)
+class ReportedRun:
+  """A finished pipeline run: its outcome and its report."""
+  outcome: metadata.RunOutcome
+  summary: Optional[RunSummary]  # None: the report could not be written.
+  page: Optional[str]
+
+  def headline(self) -> str:
+    """What the run ends with on the console (report_text.headline)."""
+    return report_text.headline(
+        self.summary or RunSummary(self.outcome.metadata_path,
+                                   outcome=self.outcome), self.page)
+
+
+def run_with_report(config: PipelineConfig,
+                    verbose: bool = False) -> ReportedRun:
+  """Runs the whole pipeline (pipeline.runner) with its console
+  (commands.console; library output to DIR/logs/run.log unless `verbose`),
+  then writes its report.
+
+  A failed run gets a report too (that is when it is needed), but not one
+  refused by the input check: nothing ran, and nothing is written.
+  """
+  runner.check_input(config)
+  with console.pipeline_console(config.output, verbose):
     try:
-      logging.info("report: %s",
-                   write_report(config.output, config.min_slice_size))
-    except Exception:  # pylint: disable=broad-except
-      logging.exception("could not write the run report")
+      outcome = runner.run_pipeline(config)
+    except BaseException:
+      _write_report_logged(config)
+      raise
+    summary, page = _write_report_logged(config)
+  return ReportedRun(outcome, summary, page)
+
+
+def _write_report_logged(config: PipelineConfig
+                        ) -> Tuple[Optional[RunSummary], Optional[str]]:
+  """Writes the run's report: (what it read, the page). A failure to write
+  it is logged, not raised: a report must not fail the run it describes,
+  nor hide its error."""
+  try:
+    summary = report_reading.read_run(config.output, config.min_slice_size)
+    page = write_run_page(summary)
+  except Exception as error:  # pylint: disable=broad-except
+    logging.warning("could not write the run report: %s", error,
+                    exc_info=True)
+    return None, None
+  logging.info("report: %s", page)
+  return summary, page
 
 
 def write_comparison_page(runs: Sequence[RunSummary]) -> str:

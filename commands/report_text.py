@@ -12,6 +12,7 @@ from commands.report_reading import Evaluation
 from commands.report_reading import LR_PREFIX
 from commands.report_reading import Metrics
 from commands.report_reading import RunSummary
+from pipeline.metadata import ComponentState
 
 # TFMA names of the metrics shown first, in this order; the others follow
 # alphabetically.
@@ -124,6 +125,49 @@ def describe(run: RunSummary) -> str:
   if run.earlier:
     lines.append(f"note:      from an earlier run: {', '.join(run.earlier)}")
   lines += [f"problem:   {p}" for p in run.problems]
+  return "\n".join(lines)
+
+
+# The headline's metrics: (TFMA name, label).
+HEADLINE_METRICS = (("auc", "AUC"), ("binary_crossentropy", "log loss"),
+                    ("calibration", "calibration"))
+
+
+def _headline_metrics(metrics: Metrics, prefix: str = "") -> str:
+  return "  ".join(f"{label} {format_metric(name, metrics.get(prefix + name))}"
+                   for name, label in HEADLINE_METRICS)
+
+
+def _component_time(component: ComponentState) -> str:
+  """'43.2 s', or how it ended when it did not run to completion here."""
+  if component.state == "COMPLETE" and component.seconds is not None:
+    return f"{component.seconds:.1f} s"
+  return "cached" if component.state == "CACHED" else component.state.lower()
+
+
+def headline(run: RunSummary, page: Optional[str]) -> str:
+  """The end of a run on the console: the model's metrics beside the
+  logistic-regression baseline's, the gate's verdict and why, where the
+  model went, each component's time and the report."""
+  lines = []
+  if run.evaluation:
+    overall = run.evaluation.overall
+    lines.append(f"model:      {_headline_metrics(overall)}")
+    if _has_lr(run.evaluation):
+      lines.append(f"baseline:   {_headline_metrics(overall, LR_PREFIX)}"
+                   "  (logistic regression)")
+  outcome = run.outcome
+  if outcome and outcome.ingestion:
+    lines.append(f"ingested:   {outcome.ingestion}")
+  if outcome and not outcome.pushed and outcome.failed_checks:
+    lines += [f"not pushed: {check}" for check in outcome.failed_checks]
+  else:
+    lines.append(f"pushed:     {push_verdict(run)}")
+  if run.components:
+    lines.append("components: " + ", ".join(
+        f"{c.node} {_component_time(c)}" for c in run.components))
+  if page:
+    lines.append(f"report:     {page}")
   return "\n".join(lines)
 
 

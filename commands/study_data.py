@@ -48,7 +48,7 @@ def transform_artifacts(config: PipelineConfig) -> TransformedInputs:
 
 def transform_once(config: PipelineConfig) -> TransformedInputs:
   """Runs the pipeline up to Transform (cached on re-runs) and finds it."""
-  runner.check_input(config.data)
+  runner.check_input(config)
   os.makedirs(config.output, exist_ok=True)
   with runner.run_temp_dir():
     BeamDagRunner().run(create_pipeline(config, until_transform=True))

@@ -222,12 +222,14 @@ def write_results(config: PipelineConfig, best_hparams_dir: str,
   return TuningOutcome(config.output, summary, rows, files)
 
 
-def run_tuning(config: PipelineConfig) -> TuningOutcome:
-  """Runs the pipeline up to the Tuner and writes its results (module doc)."""
+def run_tuning(config: PipelineConfig,
+               verbose: bool = False) -> TuningOutcome:
+  """Runs the pipeline up to the Tuner and writes its results (module doc);
+  library output goes to DIR/logs/run.log unless `verbose`."""
   if not config.stop_after_tuner:
     raise ValueError("the tuning job needs a config with tune and "
                      "stop_after_tuner set")
-  report.run_with_report(config)
+  report.run_with_report(config, verbose)
   outputs = latest_outputs(config, TUNER_NODE)
   return write_results(config, outputs["best_hyperparameters"],
                        outputs["tuner_results"])

@@ -34,8 +34,9 @@ from tfx.types import standard_component_specs
 MIN_EACH_LABEL = 5
 
 
-class DataAnomaliesError(RuntimeError):
-  """The examples do not match the curated schema."""
+class DataAnomaliesError(ValueError):
+  """The examples do not match the curated schema (bad input: the CLI
+  prints the message alone)."""
 
 
 def label_validation(label: str, minimum: int = MIN_EACH_LABEL

@@ -7,6 +7,7 @@ turns it into TFX components. Defaults that depend on the dataset come from
 
 import dataclasses
 import functools
+import gzip
 import os
 from typing import Any, Dict, List, Mapping, Optional
 from typing import Tuple
@@ -59,6 +60,7 @@ DEFAULT_MIN_SLICE_SIZE = 100
 DEFAULT_MAX_AUC_BELOW_LR = 0.001
 # Bytes read from the head of the data to estimate its row count.
 _ROW_ESTIMATE_SAMPLE_BYTES = 1 << 20
+_GZIP_MAGIC = b"\x1f\x8b"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +89,8 @@ class PipelineConfig:
     eval_fraction: share of rows in eval (None: dataset default).
     split: 'hash' (deterministic per row) or 'sequential' (the tail is eval).
     max_bad_fraction: share of malformed rows dropped before failing.
+    skip_foreign_files: skip the files of `data` that are not the dataset's
+      training data (a test file, a readme) instead of refusing them.
     min_auc: the Evaluator's absolute AUC floor on the overall slice.
     calibration_band: (low, high) allowed calibration, overall slice.
     max_auc_drop: allowed AUC drop against the latest blessed model.
@@ -148,6 +152,7 @@ class PipelineConfig:
   eval_fraction: Optional[float] = None
   split: str = "hash"
   max_bad_fraction: float = features.DEFAULT_MAX_BAD_FRACTION
+  skip_foreign_files: bool = False
   min_auc: float = DEFAULT_MIN_AUC
   calibration_band: Tuple[float, float] = DEFAULT_CALIBRATION_BAND
   max_auc_drop: float = DEFAULT_MAX_AUC_DROP
@@ -341,10 +346,24 @@ class PipelineConfig:
     return self.tuning_settings.to_custom_config(self.trainer_settings)
 
 
+def _lines_per_stored_byte(path: str) -> float:
+  """Lines per byte on disk in the head of a file (decompressed if gzipped:
+  lines over the compressed bytes read)."""
+  with open(path, "rb") as raw:
+    gzipped = raw.read(2) == _GZIP_MAGIC
+    raw.seek(0)
+    if gzipped:
+      with gzip.GzipFile(fileobj=raw) as text:
+        lines = text.read(_ROW_ESTIMATE_SAMPLE_BYTES).count(b"\n")
+      return (lines or 1) / max(raw.tell(), 1)
+    head = raw.read(_ROW_ESTIMATE_SAMPLE_BYTES)
+  return (head.count(b"\n") or 1) / max(len(head), 1)
+
+
 def estimate_rows(data: str) -> Optional[int]:
   """About how many rows the raw file(s) at `data` hold, or None.
 
-  Total bytes over the mean line length of the first MiB: cheap on any
+  Each file's bytes times the lines per byte of its first MiB: cheap on any
   size, and close enough to pick a vocabulary threshold. None for a remote
   path (gs://...) or when nothing is readable.
   """
@@ -358,11 +377,11 @@ def estimate_rows(data: str) -> Optional[int]:
   paths = [p for p in paths if os.path.isfile(p)]
   if not paths:
     return None
-  total = sum(os.path.getsize(p) for p in paths)
-  with open(paths[0], "rb") as f:
-    head = f.read(_ROW_ESTIMATE_SAMPLE_BYTES)
-  lines = head.count(b"\n") or 1
-  return max(1, round(total * lines / max(len(head), 1)))
+  try:
+    rows = sum(os.path.getsize(p) * _lines_per_stored_byte(p) for p in paths)
+  except (OSError, EOFError):  # Not gzip after all: the input check says so.
+    return None
+  return max(1, round(rows))
 
 
 def beam_pipeline_args(runner: str,

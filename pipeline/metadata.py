@@ -120,10 +120,13 @@ def execution_spans(store: metadata_store.MetadataStore
 
 @dataclasses.dataclass(frozen=True)
 class ComponentState:
-  """One component (node) of the latest pipeline run and how it ended."""
+  """One component (node) of the latest pipeline run, how it ended and how
+  long its execution took, from creation to its last update in ML
+  Metadata (a cached one's is the cache lookup)."""
   node: str
   state: str
   message: str = ""
+  seconds: Optional[float] = None
 
 
 def latest_pipeline_run(store: metadata_store.MetadataStore
@@ -147,7 +150,9 @@ def latest_pipeline_run(store: metadata_store.MetadataStore
         node=nodes[0] if nodes else execution.type,
         state=metadata_store_pb2.Execution.State.Name(
             execution.last_known_state),
-        message=result.result_message if result else ""))
+        message=result.result_message if result else "",
+        seconds=(execution.last_update_time_since_epoch -
+                 execution.create_time_since_epoch) / 1000))
   events = store.get_events_by_execution_ids([e.id for e in executions])
   outputs = frozenset(e.artifact_id for e in events
                       if e.type == metadata_store_pb2.Event.OUTPUT)

@@ -272,7 +272,8 @@ def create_pipeline(config: PipelineConfig,
       split=config.split,
       eval_fraction=(config.spec.eval_fraction if config.eval_fraction is None
                      else config.eval_fraction),
-      max_bad_fraction=config.max_bad_fraction)
+      max_bad_fraction=config.max_bad_fraction,
+      skip_foreign_files=config.skip_foreign_files)
   statistics_gen = StatisticsGen(
       examples=example_gen.outputs["examples"],
       stats_options=create_stats_options(config.estimated_rows))

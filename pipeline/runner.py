@@ -8,13 +8,15 @@ evaluation are.
 """
 
 import contextlib
+import logging
 import os
 import tempfile
 from typing import Iterator
 
 from tfx import v1 as tfx
-from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
+from tfx.orchestration.beam import beam_dag_runner
 
+from components.raw_example_gen import input_files
 from pipeline import metadata
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_pipeline
@@ -26,14 +28,21 @@ from pipeline.pipeline import local_ir
 # it finished but the model was not blessed and so not pushed.
 EXIT_FAILED = 1
 EXIT_NOT_PUSHED = 3
+# The logger of each component's start and end (INFO records with `node`
+# and `event` attributes): a console can show progress from them.
+PROGRESS_LOGGER = "pipeline.progress"
+STARTED, FINISHED = "started", "finished"
 
 
 class InputError(ValueError):
-  """The raw data path is missing or empty."""
+  """The raw data path is missing, empty or holds foreign files."""
 
 
-def check_input(path: str) -> None:
-  """Fails before any component starts if there is nothing to read."""
+def check_input(config: PipelineConfig) -> None:
+  """Fails before any component starts if there is nothing to read, or
+  files that are not the dataset's training data, naming them (unless
+  config.skip_foreign_files: then ExampleGen skips them and says so)."""
+  path = config.data
   if not os.path.exists(path):
     raise InputError(f"input path {path!r} does not exist")
   files = ([os.path.join(path, f) for f in sorted(os.listdir(path))
@@ -44,6 +53,14 @@ def check_input(path: str) -> None:
   if all(os.path.getsize(f) == 0 for f in files):
     raise InputError(f"input {path!r} is empty: "
                      f"{', '.join(os.path.basename(f) for f in files)}")
+  try:
+    sorted_input = input_files.check_files(files, config.spec,
+                                           config.skip_foreign_files)
+  except input_files.ForeignFilesError as error:
+    raise InputError(str(error)) from None
+  if not sorted_input.data:
+    raise InputError(f"input {path!r} holds no {config.dataset} training "
+                     "data")
 
 
 def read_outcome(config: PipelineConfig) -> metadata.RunOutcome:
@@ -67,12 +84,31 @@ def run_temp_dir() -> Iterator[None]:
       tempfile.tempdir = shared
 
 
+class _NodeWithProgressDoFn(beam_dag_runner.PipelineNodeAsDoFn):
+  """TFX's launch of one node, logged to PROGRESS_LOGGER at start and end."""
+
+  def _run_node(self) -> None:
+    node = self._pipeline_node.node_info.id
+    progress = logging.getLogger(PROGRESS_LOGGER)
+    progress.info("%s %s", node, STARTED,
+                  extra={"node": node, "event": STARTED})
+    super()._run_node()
+    progress.info("%s %s", node, FINISHED,
+                  extra={"node": node, "event": FINISHED})
+
+
+class BeamDagRunnerWithProgress(beam_dag_runner.BeamDagRunner):
+  """BeamDagRunner whose components log their start and end
+  (PROGRESS_LOGGER)."""
+  _PIPELINE_NODE_DO_FN_CLS = _NodeWithProgressDoFn
+
+
 def run_pipeline(config: PipelineConfig) -> metadata.RunOutcome:
   """Runs the whole pipeline for `config` and returns its outcome."""
-  check_input(config.data)
+  check_input(config)
   os.makedirs(config.output, exist_ok=True)
   runner = (tfx.orchestration.LocalDagRunner() if config.runner == "local"
-            else BeamDagRunner())
+            else BeamDagRunnerWithProgress())
   with run_temp_dir():
     runner.run_with_ir(local_ir(create_pipeline(config)))
   return read_outcome(config)

@@ -42,3 +42,16 @@ def split_records(examples, split: str) -> list:
                                         "*.gz")))
   return [r.numpy() for r in tf.data.TFRecordDataset(
       files, compression_type="GZIP")]
+
+
+def run_command(*args) -> tuple:
+  """`python -m pipeline ARGS` in a subprocess, as a user runs it:
+  (exit code, stdout, stderr)."""
+  import os  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  done = subprocess.run(
+      [sys.executable, "-m", "pipeline", *map(str, args)],
+      capture_output=True, text=True, check=False,
+      cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  return done.returncode, done.stdout, done.stderr

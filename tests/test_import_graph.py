@@ -68,7 +68,7 @@ def test_only_the_entry_point_imports_the_commands():
             for module, imported in graph.items()
             if not module.startswith("commands")}
   assert {m: i for m, i in upward.items() if i} == {
-      "pipeline.__main__": ["commands.cli"]}
+      "pipeline.__main__": ["commands.cli", "commands.import_output"]}
 
 
 def test_a_cycle_through_a_function_level_import_is_found(tmp_path):

@@ -57,7 +57,8 @@ class RawCtrExampleGen(component.FileBasedExampleGen):
                split: str = "hash",
                eval_fraction: Optional[float] = None,
                max_bad_fraction: float = (
-                   features.DEFAULT_MAX_BAD_FRACTION)):
+                   features.DEFAULT_MAX_BAD_FRACTION),
+               skip_foreign_files: bool = False):
     """Constructs a RawCtrExampleGen.
 
     Args:
@@ -71,10 +72,14 @@ class RawCtrExampleGen(component.FileBasedExampleGen):
       eval_fraction: share of rows in 'eval'; defaults to the dataset's.
       max_bad_fraction: the run fails if more than this share of the rows
         is bad; below it, bad rows are dropped and reported.
+      skip_foreign_files: skip (and log) files that are not the dataset's
+        training data, e.g. Criteo's unlabelled test.txt and readme.txt,
+        instead of failing (input_files.foreign_reason).
     """
     spec = features.get_spec(dataset)
     options = executor.IngestOptions(dataset=dataset, split=split,
-                                     max_bad_fraction=max_bad_fraction)
+                                     max_bad_fraction=max_bad_fraction,
+                                     skip_foreign_files=skip_foreign_files)
     super().__init__(
         input_base=input_base,
         input_config=utils.make_default_input_config(input_pattern),

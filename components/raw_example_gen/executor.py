@@ -3,7 +3,9 @@
 Each input file is cut into byte ranges aligned to line starts; the ranges are
 reshuffled over the workers, so a single 11 GB file is read in parallel and
 every row keeps its byte offset (for the sequential split and for naming the
-line of a bad row). A range is parsed in blocks by pyarrow's CSV reader and
+line of a bad row). A gzipped file is one range, decompressed as one stream
+(offsets are in its decompressed text). Files that are not the dataset's
+training data are refused, or skipped (input_files). A range is parsed in blocks by pyarrow's CSV reader and
 encoded a column at a time (columnar.py), and writes its own output file per
 split: no Python per row except the split hash, and no shuffle of the rows.
 Bad rows are counted per file and dropped; when there are more than
@@ -15,6 +17,7 @@ import dataclasses
 import json
 import os
 import re
+import sys
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from absl import logging
@@ -35,6 +38,7 @@ from tfx.types import standard_component_specs
 from tfx.utils import proto_utils
 
 from components.raw_example_gen import columnar
+from components.raw_example_gen import input_files
 from components.raw_example_gen import rows
 from trainer_module import features
 
@@ -52,9 +56,8 @@ _RECORD_FILE_PREFIX = "data_tfrecord"
 # bytes (docs/benchmark_data.md); readers decompress either equally fast.
 _RECORD_OPTIONS = tf.io.TFRecordOptions(compression_type="GZIP",
                                         compression_level=1)
-# A first line longer than this is not a CTR text file (binary or compressed).
-_MAX_FIRST_LINE_BYTES = 1 << 20
-_COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz", ".zst", ".zip", ".tar", ".7z")
+# The end of a gzipped file's one range: wherever its text ends.
+_WHOLE_FILE = sys.maxsize
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +66,7 @@ class IngestOptions:
   dataset: str
   split: str = "hash"
   max_bad_fraction: float = features.DEFAULT_MAX_BAD_FRACTION
+  skip_foreign_files: bool = False
 
   def __post_init__(self):
     features.get_spec(self.dataset)
@@ -115,49 +119,42 @@ class InputFile:
   def data_bytes(self) -> int:
     return self.size - self.data_start
 
+  @property
+  def compressed(self) -> bool:
+    return input_files.is_gzip(self.path)
+
 
 def _natural_key(path: str) -> List[Any]:
   """Sort key putting day_2 before day_10 (Criteo's days are time-ordered)."""
   return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path)]
 
 
-def _read_first_line(path: str) -> bytes:
-  """The first line of a file, with its terminator if it has one."""
-  with fileio.open(path, "rb") as f:
-    head = f.read(_MAX_FIRST_LINE_BYTES)
-  end = head.find(b"\n")
-  if end >= 0:
-    return head[:end + 1]
-  if len(head) == _MAX_FIRST_LINE_BYTES:
-    raise ValueError(f"{path}: no line break in the first "
-                     f"{_MAX_FIRST_LINE_BYTES} bytes; not a CTR text file")
-  return head
-
-
-def plan_input_files(pattern: str,
-                     spec: features.DatasetSpec) -> List[InputFile]:
-  """The non-empty files matching `pattern`, in natural order, with layouts.
+def plan_input_files(pattern: str, spec: features.DatasetSpec,
+                     skip_foreign_files: bool = False) -> List[InputFile]:
+  """The non-empty data files matching `pattern`, in natural order, with
+  layouts.
 
   Raises:
     FileNotFoundError: no file matches.
-    ValueError: a compressed file (byte ranges need seekable text).
+    input_files.ForeignFilesError: files that are not `spec`'s training
+      data (test files, readmes, archives), unless `skip_foreign_files`.
     rows.HeaderError: a header that does not fit the spec.
   """
   paths = sorted((p for p in fileio.glob(pattern) if not fileio.isdir(p)),
                  key=_natural_key)
   if not paths:
     raise FileNotFoundError(f"no input files match {pattern}")
+  sorted_input = input_files.check_files(paths, spec, skip_foreign_files)
+  for line in sorted_input.describe_foreign():
+    logging.warning("skipping, not training data: %s", line)
   planned = []
   data_base = 0
-  for path in paths:
-    if path.endswith(_COMPRESSED_SUFFIXES):
-      raise ValueError(f"{path}: compressed input is not supported; "
-                       "decompress it first (it is read in byte ranges)")
+  for path in sorted_input.data:
     size = fileio.stat(path).length
     if size == 0:
       logging.warning("Skipping empty input file %s", path)
       continue
-    first_line = _read_first_line(path)
+    first_line = input_files.read_first_line(path)
     layout = rows.detect_layout(first_line.rstrip(b"\r\n"), spec, path)
     data_start = len(first_line) if layout.has_header else 0
     planned.append(InputFile(path, size, data_start, data_base, layout))
@@ -167,10 +164,13 @@ def plan_input_files(pattern: str,
 
 def byte_ranges(files: List[InputFile],
                 range_bytes: int) -> List[Tuple[int, int, int]]:
-  """(file index, start, end) work units covering every file's data bytes."""
-  return [(i, start, min(start + range_bytes, f.size))
+  """(file index, start, end) work units covering every file's data bytes;
+  a gzipped file is one unit, its whole text."""
+  return [(i, start, _WHOLE_FILE if f.compressed else
+           min(start + range_bytes, f.size))
           for i, f in enumerate(files)
-          for start in range(f.data_start, f.size, range_bytes)]
+          for start in ((f.data_start,) if f.compressed else
+                        range(f.data_start, f.size, range_bytes))]
 
 
 def read_blocks(path: str, start: int, end: int,
@@ -179,9 +179,10 @@ def read_blocks(path: str, start: int, end: int,
 
   A line belongs to the range it starts in, so adjacent ranges read each line
   exactly once. Every block but the file's last ends with a '\\n'; a block
-  holds at least one line and about block_bytes of text.
+  holds at least one line and about block_bytes of text. Offsets of a
+  gzipped file are in its decompressed text.
   """
-  with fileio.open(path, "rb") as f:
+  with input_files.open_input(path) as f:
     position, pending = 0, b""
     if start > 0:
       # The text up to the first line break at or after start - 1 belongs to
@@ -236,7 +237,7 @@ def read_lines(path: str, start: int, end: int,
 def line_number_at(path: str, offset: int) -> int:
   """1-based line number of the line starting at byte `offset` of `path`."""
   newlines = 0
-  with fileio.open(path, "rb") as f:
+  with input_files.open_input(path) as f:
     remaining = offset
     while remaining > 0:
       chunk = f.read(min(_CHUNK_BYTES, remaining))
@@ -469,7 +470,14 @@ class Executor(base_beam_executor.BaseBeamExecutor):
     pattern = os.path.join(
         exec_properties[standard_component_specs.INPUT_BASE_KEY],
         input_config.splits[0].pattern)
-    files = plan_input_files(pattern, spec)
+    files = plan_input_files(pattern, spec, options.skip_foreign_files)
+    compressed = [f.path for f in files if f.compressed]
+    if options.split == "sequential" and compressed:
+      raise ValueError(
+          f"{compressed[0]}: the sequential split places rows by their "
+          "position in the uncompressed input, which a gzipped file does "
+          "not tell without reading it twice: decompress it (gunzip -k) or "
+          "use the hash split")
     boundaries = split_boundaries(output_config)
 
     examples_channel = output_dict[standard_component_specs.EXAMPLES_KEY]

@@ -7,6 +7,7 @@ import pytest
 from commands import cli
 from commands import flags
 from commands import generate
+from conftest import run_command
 from pipeline import runner
 
 
@@ -35,6 +36,39 @@ def test_missing_input_fails_before_any_component(tmp_path, capsys):
   assert _run(tmp_path, tmp_path / "nope.txt") == runner.EXIT_FAILED
   assert "nope.txt" in capsys.readouterr().err
   assert not (tmp_path / "out").exists()
+
+
+def test_a_missing_data_path_is_one_line_on_the_console(tmp_path):
+  code, out, err = run_command(
+      "run", "--dataset", "criteo", "--data", tmp_path / "nope",
+      "--output", tmp_path / "out")
+  assert code == runner.EXIT_FAILED
+  assert out == ""
+  assert err == f"error: input path '{tmp_path / 'nope'}' does not exist\n"
+  assert not (tmp_path / "out").exists()
+
+
+def test_an_extracted_dac_tar_gz_names_test_txt_and_the_file_to_use(
+    tmp_path):
+  """dac.tar.gz holds train.txt, test.txt (no label column), readme.txt."""
+  data = tmp_path / "dac"
+  generate.write_synthetic("criteo", 50, 0, str(data / "train.txt"))
+  rows = (data / "train.txt").read_text().splitlines()
+  (data / "test.txt").write_text(
+      "".join(r.split("\t", 1)[1] + "\n" for r in rows))
+  (data / "readme.txt").write_text("Criteo Display Advertising Challenge\n")
+  code, out, err = run_command(
+      "run", "--dataset", "criteo", "--data", data,
+      "--output", tmp_path / "out")
+  assert code == runner.EXIT_FAILED and out == ""
+  assert "Traceback" not in err
+  lines = err.splitlines()
+  assert lines[0] == "error: not criteo training data:"
+  assert lines[1].startswith(f"  {data / 'readme.txt'}: not criteo data")
+  assert lines[2].startswith(
+      f"  {data / 'test.txt'}: Criteo's unlabelled test file (39 columns")
+  assert lines[2].endswith(f"point --data at {data / 'train.txt'}")
+  assert "--skip-foreign-files" in lines[3] and len(lines) == 4
 
 
 def test_empty_input_directory_fails_before_any_component(tmp_path, capsys):
@@ -108,3 +142,24 @@ def test_study_takes_the_activation_and_the_sampling_rate():
   assert flags.activation_options(args) == {"activation": "smelu",
                                             "smelu_beta": 2.0}
   assert args.negative_sampling_rate == 0.5
+
+
+def test_user_errors_are_one_line_internal_errors_show_the_traceback(
+    tmp_path, capsys):
+  try:
+    raise ValueError("train.txt line 3: field I1 = 'x' is not an integer")
+  except ValueError as error:  # Raised here to carry a traceback.
+    user_error = error
+  try:
+    raise KeyError("node")
+  except KeyError as error:
+    internal_error = error
+  assert cli.report_failure(user_error, False, None) == runner.EXIT_FAILED
+  assert capsys.readouterr().err == (
+      "error: train.txt line 3: field I1 = 'x' is not an integer\n")
+  cli.report_failure(user_error, True, None)
+  assert "Traceback" in capsys.readouterr().err
+  cli.report_failure(internal_error, False, str(tmp_path))
+  err = capsys.readouterr().err
+  assert "Traceback" in err and "error: internal error: KeyError: 'node'" in err
+  assert f"kept under {tmp_path}" in err

@@ -103,6 +103,25 @@ def test_verdicts_say_why_not_pushed(tmp_path):
       failed_component)
 
 
+def test_headline_of_a_pushed_and_of_a_refused_run(tmp_path):
+  components = (metadata.ComponentState("Transform", "CACHED", seconds=0.2),
+                metadata.ComponentState("Trainer", "COMPLETE", seconds=43.21),
+                metadata.ComponentState("Evaluator", "FAILED", seconds=3.0))
+  pushed = _summary(str(tmp_path), components=components)
+  assert report_text.headline(pushed, "/out/report/index.html") == (
+      "model:      AUC 0.7312  log loss 0.4571  calibration 1.0200\n"
+      "baseline:   AUC 0.7011  log loss 0.4702  calibration -  "
+      "(logistic regression)\n"
+      "pushed:     yes: the Evaluator blessed the model, pushed to "
+      "/serving/7\n"
+      "components: Transform cached, Trainer 43.2 s, Evaluator failed\n"
+      "report:     /out/report/index.html")
+  refused = report_text.headline(_summary(str(tmp_path), pushed=False),
+                                 None).splitlines()
+  assert refused[2] == "not pushed: auc 0.7312 < min 0.9000 (Overall)"
+  assert not any(line.startswith("report:") for line in refused)
+
+
 def test_run_page_and_figures_of_a_hand_built_run(tmp_path):
   run = _summary(str(tmp_path))
   path = report.write_run_page(run)

@@ -1,6 +1,7 @@
 """RawCtrExampleGen end to end: the executor on generated and real files."""
 
 import glob
+import gzip
 import json
 import os
 import pathlib
@@ -190,3 +191,58 @@ def test_input_without_data_rows_fails(tmp_path):
     _run(tmp_path, tmp_path / "in", dataset="criteo")
   with pytest.raises(FileNotFoundError, match="no input files match"):
     _run(tmp_path, tmp_path / "in", dataset="criteo", input_pattern="*.txt")
+
+
+def _gzip(path):
+  """path.gz with path's bytes; path removed."""
+  compressed = path.with_name(path.name + ".gz")
+  with open(path, "rb") as plain, gzip.open(compressed, "wb") as out:
+    shutil.copyfileobj(plain, out)
+  path.unlink()
+  return compressed
+
+
+def test_gzipped_files_read_as_one_stream_each(tmp_path):
+  generated = _criteo_rows(400, seed=6)
+  _write_criteo(tmp_path / "in" / "day_0.txt", generated[:250],
+                {7: "1\t2\t3"})
+  _write_criteo(tmp_path / "in" / "day_1.txt", generated[250:])
+  _gzip(tmp_path / "in" / "day_0.txt")  # One gzipped, one plain file.
+
+  examples = _run(tmp_path, tmp_path / "in", dataset="criteo",
+                  max_bad_fraction=0.01)
+
+  rows_ = _read_split(examples, "train") + _read_split(examples, "eval")
+  assert {_row_id(e): _as_row(e) for e in rows_} == dict(
+      enumerate(generated))
+  summary = json.loads(
+      (tmp_path / "output" / executor.SUMMARY_FILE_NAME).read_text())
+  assert summary["files"][0]["path"].endswith("day_0.txt.gz")
+  assert summary["files"][0]["bad_rows"] == 1
+  with pytest.raises(ValueError, match=r"day_0.txt.gz line 7: expected 40"):
+    _run(tmp_path / "strict", tmp_path / "in", dataset="criteo",
+         max_bad_fraction=0.001)
+  with pytest.raises(ValueError, match="day_0.txt.gz: the sequential split"):
+    _run(tmp_path / "seq", tmp_path / "in", dataset="criteo",
+         split="sequential")
+
+
+def test_foreign_files_are_refused_or_skipped(tmp_path):
+  """Criteo's dac.tar.gz extracted: train.txt, test.txt (no label), readme."""
+  generated = _criteo_rows(100, seed=7)
+  _write_criteo(tmp_path / "in" / "train.txt", generated)
+  (tmp_path / "in" / "test.txt").write_text("".join(
+      "\t".join(r[c] for c in CRITEO.columns[1:]) + "\n"
+      for r in generated[:20]))
+  (tmp_path / "in" / "readme.txt").write_text("Criteo dataset\n\nterms\n")
+  with pytest.raises(ValueError, match="test.txt: Criteo's unlabelled"):
+    _run(tmp_path, tmp_path / "in", dataset="criteo")
+  examples = _run(tmp_path, tmp_path / "in", dataset="criteo",
+                  skip_foreign_files=True)
+  summary = json.loads(
+      (tmp_path / "output" / executor.SUMMARY_FILE_NAME).read_text())
+  assert [os.path.basename(f["path"]) for f in summary["files"]] == [
+      "train.txt"]
+  assert summary["rows_read"] == 100 and summary["bad_rows"] == 0
+  assert examples.mlmd_artifact.custom_properties["rows_read"].int_value == (
+      100)

@@ -7,8 +7,11 @@ cache on re-run.
 """
 
 import glob
+import gzip
 import json
 import os
+import re
+import shutil
 
 import numpy as np
 import pytest
@@ -20,8 +23,10 @@ from tfx import v1 as tfx
 
 from commands import cli
 from commands import generate
+from commands import console
 from commands import report_reading
 from components import lr_gate
+from conftest import run_command
 from pipeline import metadata
 from pipeline import runner
 from trainer_module import contract
@@ -35,19 +40,25 @@ COMPONENTS = ("RawCtrExampleGen", "StatisticsGen", "ImportSchemaGen",
               "Pusher")
 
 
-def run_cli(dataset, data, output, *extra):
+def run_arguments(dataset, data, output, *extra):
   # 20k rows are ~500 steps' worth of data at the paper's embedding lr
   # (1e-4): too few to move the embeddings; 1e-2 learns in a few steps.
-  return cli.main(["run", "--dataset", dataset, "--data", str(data),
-                   "--output", str(output), "--batch-size", "512",
-                   "--epochs", "2", "--min-frequency", "3",
-                   "--embed-lr", "1e-2",
-                   # Small data, 2 epochs: calibration wanders +-15%.
-                   "--calibration-band", "0.7,1.3",
-                   # 4k eval rows: AUC's standard error is ~0.008, and the
-                   # generated Avazu signal is nearly linear (deep ~ LR).
-                   # The LR check's refusal is tested in test_lr_gate.
-                   "--max-auc-below-lr", "0.02", *extra])
+  return ["run", "--dataset", dataset, "--data", str(data),
+          "--output", str(output), "--batch-size", "512",
+          "--epochs", "2", "--min-frequency", "3",
+          "--embed-lr", "1e-2",
+          # Small data, 2 epochs: calibration wanders +-15%.
+          "--calibration-band", "0.7,1.3",
+          # 4k eval rows: AUC's standard error is ~0.008, and the
+          # generated Avazu signal is nearly linear (deep ~ LR).
+          # The LR check's refusal is tested in test_lr_gate.
+          "--max-auc-below-lr", "0.02",
+          # Criteo's test.txt and readme.txt beside train.txt.gz.
+          "--skip-foreign-files", *extra]
+
+
+def run_cli(dataset, data, output, *extra):
+  return cli.main(run_arguments(dataset, data, output, *extra))
 
 
 # The Avazu run is also the production-practice run (issue 16): two seeded
@@ -62,18 +73,40 @@ PRODUCTION_PRACTICE = {
 }
 
 
+# The raw files as they ship, gzipped: Avazu's train.gz; Criteo's train.txt
+# (gzipped here) in the directory dac.tar.gz extracts to, beside test.txt
+# (no label column) and readme.txt, which --skip-foreign-files skips.
+RAW_FILE = {"criteo": "train.txt.gz", "avazu": "train.gz"}
+FOREIGN_FILES = {"criteo": ("readme.txt", "test.txt"), "avazu": ()}
+
+
+def _write_raw_files(dataset, data):
+  plain = data / "plain.txt"
+  generate.write_synthetic(dataset, 20000, 1, str(plain))
+  with open(plain, "a") as f:  # 3 bad rows: dropped, reported.
+    f.write("1\tnot\tenough\tfields\n" * BAD_ROWS)
+  with open(plain, "rb") as f, gzip.open(data / RAW_FILE[dataset], "wb") as out:
+    shutil.copyfileobj(f, out)
+  if dataset == "criteo":
+    with open(plain) as f:
+      head = [next(f) for _ in range(100)]
+    (data / "test.txt").write_text("".join(r.split("\t", 1)[1] for r in head))
+    (data / "readme.txt").write_text("Criteo Display Advertising Challenge\n")
+  plain.unlink()
+
+
 @pytest.fixture(scope="module", params=["criteo", "avazu"])
 def finished_run(request, tmp_path_factory):
-  """(dataset, data dir, output dir, exit code) of one full pipeline run."""
+  """(dataset, data dir, output dir, exit code, console output) of one full
+  pipeline run, run as a user runs it (a subprocess)."""
   dataset = request.param
   root = tmp_path_factory.mktemp(dataset)
   data = root / "data"
   data.mkdir()
-  generate.write_synthetic(dataset, 20000, 1, str(data / "train.txt"))
-  with open(data / "train.txt", "a") as f:  # 3 bad rows: dropped, reported.
-    f.write("1\tnot\tenough\tfields\n" * BAD_ROWS)
-  code = run_cli(dataset, data, root / "out", *PRODUCTION_PRACTICE[dataset])
-  return dataset, data, root / "out", code
+  _write_raw_files(dataset, data)
+  code, out, err = run_command(*run_arguments(
+      dataset, data, root / "out", *PRODUCTION_PRACTICE[dataset]))
+  return dataset, data, root / "out", code, out + err
 
 
 def _store(output):
@@ -91,8 +124,46 @@ def _executions_by_component(store):
   return result
 
 
+# Library output on the console of a clean run, at most (issue 33).
+MAX_LIBRARY_LINES = 10
+# The headline's lines, in order (report_text.headline).
+HEADLINE = ("model:", "baseline:", "ingested:", "pushed:", "components:",
+            "report:")
+
+
+def test_console_shows_progress_and_the_headline_and_logs_the_rest(
+    finished_run):
+  """Each component with its time, the skipped files, the headline last;
+  the libraries' output (hundreds of lines) in DIR/logs/run.log."""
+  dataset, data, output, code, console_output = finished_run
+  assert code == 0, console_output
+  lines = console_output.splitlines()
+  progress = [l for l in lines if re.fullmatch(
+      r"(\w+) (\.\.\.|done in \d+\.\d s)", l)]
+  for component in COMPONENTS:
+    assert f"{component} ..." in progress, console_output
+    assert any(l.startswith(f"{component} done in ") for l in progress)
+  skipped = [l for l in lines if l.startswith(
+      "warning: skipping, not training data: ")]
+  assert [l.split(": ")[2] for l in skipped] == [
+      str(data / name) for name in FOREIGN_FILES[dataset]], console_output
+  headline = lines[-len(HEADLINE):]
+  assert [l.split()[0] for l in headline] == list(HEADLINE), console_output
+  assert headline[0].startswith("model:      AUC 0.")
+  assert "(logistic regression)" in headline[1]
+  assert headline[3].startswith("pushed:     yes: the Evaluator blessed")
+  assert all(f"{c} " in headline[4] for c in COMPONENTS)
+  assert headline[5] == f"report:     {output / 'report' / 'index.html'}"
+  library = [l for l in lines
+             if l not in progress + skipped + headline]
+  assert len(library) <= MAX_LIBRARY_LINES, library
+  log = (output / console.LOG_FILE).read_text()
+  assert "Could not find cuda drivers" in log or "oneDNN" in log
+  assert "WARNING:absl:" in log and len(log.splitlines()) > 100
+
+
 def test_every_component_ran_and_is_recorded(finished_run):
-  _, _, output, code = finished_run
+  _, _, output, code, _ = finished_run
   assert code == 0
   executions = _executions_by_component(_store(output))
   for component in COMPONENTS:
@@ -102,7 +173,7 @@ def test_every_component_ran_and_is_recorded(finished_run):
 
 
 def test_bad_rows_are_dropped_and_reported(finished_run):
-  _, _, output, _ = finished_run
+  _, _, output, _, _ = finished_run
   outcome = metadata.read_outcome_at(str(output / "metadata.sqlite"))
   assert f"20,{BAD_ROWS:03d} rows, {BAD_ROWS} bad rows dropped" in (
       outcome.ingestion)
@@ -111,8 +182,8 @@ def test_bad_rows_are_dropped_and_reported(finished_run):
 def _raw_examples(dataset, data_dir):
   """Serialized raw tf.Examples (no label) and labels from the raw file."""
   spec = features.get_spec(dataset)
-  path = os.path.join(data_dir, "train.txt")
-  with open(path) as f:
+  path = os.path.join(data_dir, RAW_FILE[dataset])
+  with gzip.open(path, "rt") as f:
     lines = f.read().splitlines()[1 if spec.has_header else 0:][:2000]
   serialized, labels = [], []
   for line in lines:
@@ -135,7 +206,7 @@ def _raw_examples(dataset, data_dir):
 
 
 def test_pushed_model_scores_raw_examples(finished_run):
-  dataset, data, output, _ = finished_run
+  dataset, data, output, _, _ = finished_run
   pushed = glob.glob(str(output / "serving" / "*" / "saved_model.pb"))
   assert len(pushed) == 1, pushed
   model = tf.saved_model.load(os.path.dirname(pushed[0]))
@@ -157,7 +228,7 @@ def test_model_serves_its_logistic_regression_baseline_and_early_stops(
     finished_run):
   """Both outputs, evaluated side by side; the training record says which
   epoch was kept, chosen on the train split's validation slice."""
-  dataset, data, output, _ = finished_run
+  dataset, data, output, _, _ = finished_run
   pushed = glob.glob(str(output / "serving" / "*" / "saved_model.pb"))
   model_dir = os.path.dirname(pushed[0])
   model = tf.saved_model.load(model_dir)
@@ -185,7 +256,7 @@ def test_production_practice_options_reach_model_record_gate_and_report(
   the served prediction is the replicas' mean, the record says what each
   option did, the Evaluator measured PD overall and by slice, the report
   shows PD and the calibration buckets."""
-  dataset, data, output, code = finished_run
+  dataset, data, output, code, _ = finished_run
   assert code == 0
   model_dir = os.path.dirname(glob.glob(
       str(output / "serving" / "*" / "saved_model.pb"))[0])
@@ -224,7 +295,7 @@ def _pushed_versions(output):
 @pytest.mark.parametrize("finished_run", ["criteo"], indirect=True)
 def test_rerun_reuses_cache_and_the_gate_blocks_a_model_below_the_floor(
     finished_run, capsys):
-  dataset, data, output, _ = finished_run
+  dataset, data, output, _, _ = finished_run
   before = _pushed_versions(output)
   first = output / "serving" / before[0] / "saved_model.pb"
   stamp = first.stat().st_mtime_ns
@@ -245,7 +316,7 @@ def test_rerun_reuses_cache_and_the_gate_blocks_a_model_below_the_floor(
 @pytest.mark.parametrize("finished_run", ["criteo"], indirect=True)
 def test_gate_blocks_a_model_worse_than_the_blessed_baseline(finished_run,
                                                              capsys):
-  dataset, data, output, _ = finished_run
+  dataset, data, output, _, _ = finished_run
   before = _pushed_versions(output)
   # One epoch at a 1000x smaller embedding lr: clearly worse than baseline.
   code = run_cli(dataset, data, output, "--epochs", "1", "--embed-lr", "1e-5")
