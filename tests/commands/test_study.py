@@ -16,6 +16,7 @@ from commands import study_evaluation
 from commands import study_results
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_eval_config
+from trainer_module import training
 
 
 def test_cowclip_is_on_exactly_for_the_cowclip_rule():
@@ -332,6 +333,37 @@ def test_report_tables_and_figures(tmp_path):
 
 
 @pytest.mark.slow
+class _FirstEpochBest(keras.callbacks.EarlyStopping):
+  """Early stopping that keeps the first epoch, whatever the losses."""
+
+  def _is_improvement(self, monitor_value, reference_value):
+    return self.best_weights is None
+
+
+@pytest.mark.slow
+def test_a_run_past_its_best_epoch_is_also_evaluated_at_its_last(
+    tmp_path, monkeypatch):
+  """The kept model is the best epoch's; the last epoch's is exported and
+  evaluated beside it (last_* columns), its bias refitted the same way."""
+  monkeypatch.setattr(training, "early_stopping", lambda: _FirstEpochBest(
+      monitor="val_logloss", mode="min", patience=2,
+      restore_best_weights=True))
+  data = tmp_path / "data"
+  generate.write_synthetic("criteo", 3000, 1, str(data / "train.txt"))
+  out = tmp_path / "study"
+  assert cli.main(["study", "--dataset", "criteo", "--data", str(data),
+                   "--output", str(out), "--batch-sizes", "256", "--rules",
+                   "none", "--seeds", "7", "--epochs", "3", "--hidden-units",
+                   "16", "--min-frequency", "3"]) == 0
+  (row,) = study_results.read_rows(str(out / "study.csv"))
+  assert row["best_epoch"] == 1 and row["epochs_run"] > 1
+  for kept, last in (("auc", "last_auc"), ("logloss", "last_logloss")):
+    assert 0 < row[last] and row[last] != row[kept]
+  assert 0.9 < row["last_calibration"] < 1.1
+  run_dir = out / "runs" / "deepfm-none-noclip-b256-s7"
+  assert (run_dir / "serving_last").is_dir() and (run_dir / "tfma_last").is_dir()
+
+
 def test_study_command_trains_every_run_and_resumes(tmp_path, capsys):
   data = tmp_path / "data"
   generate.write_synthetic("criteo", 3000, 1, str(data / "train.txt"))
