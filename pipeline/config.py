@@ -136,6 +136,8 @@ class PipelineConfig:
     push: settings.PUSH_MODES: with replicas, serve their mean or replica 0.
     max_pd: the gate's bound on the replicas' Prediction Difference,
       overall slice (None: no check; needs replicas > 1).
+    distribution, cpu_devices: how training spreads over devices
+      (settings.TrainerSettings.distribution and cpu_devices).
   """
   dataset: str
   data: str
@@ -184,6 +186,8 @@ class PipelineConfig:
   replicas: int = 1
   push: str = settings.DEFAULT_PUSH
   max_pd: Optional[float] = None
+  distribution: str = settings.DEFAULT_DISTRIBUTION
+  cpu_devices: int = 1
 
   def __post_init__(self):
     features.get_spec(self.dataset)  # Fails early on an unknown dataset.
@@ -325,7 +329,8 @@ class PipelineConfig:
         negative_sampling_rate=self.negative_sampling_rate,
         bias_constraints=tuple(self.bias_constraints),
         bias_constraint_lr=self.bias_constraint_lr,
-        replicas=self.replicas, push=self.push)
+        replicas=self.replicas, push=self.push,
+        distribution=self.distribution, cpu_devices=self.cpu_devices)
 
   @functools.cached_property
   def tuning_settings(self) -> settings.TuningSettings:

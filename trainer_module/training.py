@@ -70,6 +70,7 @@ import tensorflow as tf
 
 from trainer_module import bias_constraints as bias_constraints_lib
 from trainer_module import cowclip
+from trainer_module import distribution
 from trainer_module import hparams
 from trainer_module import optimizers
 from trainer_module import settings
@@ -291,21 +292,27 @@ class CowClipTrainer:
     return (features, tf.reshape(tf.cast(labels, tf.float32), [-1, 1]),
             sample_weight)
 
-  def _l2_penalty(self, features, config: TrainingConfig):
-    """l2 * sum(W^2) over the tables (dense) or the batch's rows (sparse)."""
+  def _l2_penalty(self, field_ids, config: TrainingConfig):
+    """l2 * sum(W^2) over the tables (dense) or the rows of the batch's ids
+    (sparse; ``field_ids`` in embedding_tables' field order)."""
     squares = []
-    for field, deep, wide in self.embedding_tables():
+    for ids, (_, deep, wide) in zip(field_ids, self.embedding_tables()):
       present = [t for t in (deep, wide) if t is not None]
       if config.embedding_update == "dense":
         squares += [tf.reduce_sum(tf.square(t)) for t in present]
       else:
-        rows, _ = tf.unique(self.field_ids(features, field))
+        rows, _ = tf.unique(ids)
         squares += [tf.reduce_sum(tf.square(tf.gather(t, rows)))
                     for t in present]
     return config.l2 * tf.add_n(squares)
 
-  def table_gradients(self, features, data_gradients, config, weights=None):
+  def table_gradients(self, field_ids, data_gradients, config, weights=None):
     """Gradients of the tables (data loss + L2, CowClip) and the L2 term.
+
+    ``field_ids``: each field's [batch] ids (embedding_tables' order);
+    ``data_gradients``: the tables' data-loss gradients, IndexedSlices with
+    one slice per example in the order of its field's ids (an embedding
+    lookup's gradient), or dense [V, d] tensors.
 
     One row per distinct id of the batch: each field's ids are deduplicated
     once (its deep and wide tables share them), the data gradient's slices
@@ -329,8 +336,8 @@ class CowClipTrainer:
     gradients, squares, clipped, batch_ids = [], [], [], []
     occurrences = None if weights is None else tf.reshape(weights, [-1])
     data_gradients = iter(data_gradients)  # In split_variables' order.
-    for field, deep, wide in self.embedding_tables():
-      rows, position = tf.unique(self.field_ids(features, field))
+    for ids, (_, deep, wide) in zip(field_ids, self.embedding_tables()):
+      rows, position = tf.unique(ids)
       distinct = tf.size(rows)
       for table, clip in ((deep, config.cowclip), (wide, False)):
         if table is None:  # The logistic regression has no deep tables.
@@ -338,7 +345,6 @@ class CowClipTrainer:
         data_gradient = next(data_gradients)
         weights = tf.gather(table, rows)
         if isinstance(data_gradient, tf.IndexedSlices):
-          # The lookup's slices are in the order of the field's ids.
           grad_rows = tf.math.unsorted_segment_sum(
               data_gradient.values, position, distinct)
         else:
@@ -365,9 +371,34 @@ class CowClipTrainer:
                                             tf.shape(table, out_type=rows.dtype)))
     return gradients, config.l2 * tf.add_n(squares), clipped, batch_ids
 
+  def _global_table_gradients(self, field_ids, gradients, weights):
+    """The global batch's ids, table data gradients and importance weights
+    (distribution.gather_batch; one device: as given).
+
+    A slice gradient is gathered (its slices follow its field's ids, so
+    both are gathered in the same replica order); a dense one is summed
+    over the replicas.
+    """
+    slices = [g for g in gradients if isinstance(g, tf.IndexedSlices)]
+    dense = iter(distribution.global_sum(
+        [g for g in gradients if not isinstance(g, tf.IndexedSlices)]))
+    gathered = distribution.gather_batch(
+        [*field_ids, weights, *(g.values for g in slices),
+         *(g.indices for g in slices)])
+    count = len(field_ids)
+    values = iter(gathered[count + 1:count + 1 + len(slices)])
+    indices = iter(gathered[count + 1 + len(slices):])
+    gradients = [tf.IndexedSlices(next(values), next(indices), g.dense_shape)
+                 if isinstance(g, tf.IndexedSlices) else next(dense)
+                 for g in gradients]
+    return gathered[:count], gradients, gathered[count]
+
   def _update_metrics(self, labels, logits, logloss, loss, weights=None):
-    """Updates loss, logloss and auc (weighted by the importance weights,
-    if any); returns them for the logs."""
+    """Updates loss, logloss and auc with the GLOBAL batch (the replicas'
+    labels, logits and weights gathered; weighted by the importance
+    weights, if any); returns them for the logs."""
+    labels, logits, weights = distribution.gather_batch(
+        [labels, tf.stop_gradient(logits), weights])
     batch = (tf.shape(labels)[0] if weights is None
              else tf.reduce_sum(weights))
     self.loss_tracker.update_state(loss, sample_weight=batch)
@@ -377,31 +408,41 @@ class CowClipTrainer:
             for m in (self.loss_tracker, self.logloss_tracker, self.auc)}
 
   def train_step(self, data):
+    """One update on the global batch, whether it runs on one device or is
+    split over replicas (distribution.py: the same update either way)."""
     config = self._config()
     features, labels, weights = self._features_and_labels(data)
     tables, dense = self.split_variables()
+    total = distribution.global_sum(_total_weight(labels, weights))
     with tf.GradientTape() as tape:
       logits = self(features, training=True)
-      logloss = _mean_log_loss(labels, logits, weights)
+      logloss = _summed_log_loss(labels, logits, weights) / total
       objective = logloss
       if self.bias_constraints is not None:
         constraint, residuals = self.bias_constraints.term(
             labels, logits,
-            self.bias_constraints.buckets(self, features, logits), weights)
+            self.bias_constraints.buckets(self, features, logits), weights,
+            total)
         objective = logloss + constraint
     # The L2 term's gradient (2 * l2 * W) is added per row, not taped.
     gradients = tape.gradient(objective, tables + dense)
     if self.bias_constraints is not None:
-      self.bias_constraints.ascend(residuals)
+      self.bias_constraints.ascend(distribution.global_sum(residuals))
+    field_ids, table_data_gradients, global_weights = (
+        self._global_table_gradients(
+            [self.field_ids(features, field) for field, _, _ in
+             self.embedding_tables()], gradients[:len(tables)], weights))
     table_gradients, l2_term, clipped, batch_ids = self.table_gradients(
-        features, gradients[:len(tables)], config, weights)
+        field_ids, table_data_gradients, config, global_weights)
     if config.cowclip:
       batch_ids = tf.cast(tf.add_n(batch_ids), tf.float32)
       self.clipped_tracker.update_state(
           tf.cast(tf.add_n(clipped), tf.float32) / batch_ids,
           sample_weight=batch_ids)
     self.embedding_optimizer.apply(table_gradients, tables)
-    self.optimizer.apply(gradients[len(tables):], dense)
+    self.optimizer.apply(distribution.global_sum(gradients[len(tables):]),
+                         dense)
+    logloss = distribution.global_sum(logloss)
     logs = self._update_metrics(labels, logits, logloss, logloss + l2_term,
                                 weights)
     if config.cowclip:
@@ -412,8 +453,13 @@ class CowClipTrainer:
     config = self._config()
     features, labels, weights = self._features_and_labels(data)
     logits = self(features, training=False)
-    logloss = _mean_log_loss(labels, logits, weights)
-    loss = logloss + self._l2_penalty(features, config)
+    total = distribution.global_sum(_total_weight(labels, weights))
+    logloss = distribution.global_sum(
+        _summed_log_loss(labels, logits, weights) / total)
+    field_ids = distribution.gather_batch(
+        [self.field_ids(features, field) for field, _, _ in
+         self.embedding_tables()])
+    loss = logloss + self._l2_penalty(field_ids, config)
     return self._update_metrics(labels, logits, logloss, loss, weights)
 
   def _trackable_children(self, save_type="checkpoint", **kwargs):
@@ -426,14 +472,22 @@ class CowClipTrainer:
     return children
 
 
-def _mean_log_loss(labels, logits, weights=None):
-  """The batch mean of the cross-entropy; with importance weights the
-  weighted mean sum(w l) / sum(w)."""
+def _total_weight(labels, weights=None):
+  """The batch's examples, or the sum of their importance weights: what
+  the loss is averaged over."""
+  if weights is None:
+    return tf.cast(tf.shape(labels)[0], tf.float32)
+  return tf.reduce_sum(weights)
+
+
+def _summed_log_loss(labels, logits, weights=None):
+  """The batch's summed cross-entropy (importance-weighted: sum(w l)); over
+  _total_weight of the GLOBAL batch, the mean log loss."""
   losses = tf.nn.sigmoid_cross_entropy_with_logits(labels=labels,
                                                    logits=logits)
   if weights is None:
-    return tf.reduce_mean(losses)
-  return tf.reduce_sum(weights * losses) / tf.reduce_sum(weights)
+    return tf.reduce_sum(losses)
+  return tf.reduce_sum(weights * losses)
 
 
 def compile_model(model: CowClipTrainer, config: TrainingConfig) -> None:
