@@ -180,3 +180,16 @@ def local_rows(global_values: tf.Tensor, local_size: tf.Tensor) -> tf.Tensor:
   sizes = context.all_gather(tf.reshape(local_size, [1]), axis=0)
   start = tf.reduce_sum(sizes[:context.replica_id_in_sync_group])
   return global_values[start:start + local_size]
+
+
+def replica_logs(logs):
+  """A step's logs as Keras 3.6 can reduce them over the replicas.
+
+  Every replica logs the same global-batch metrics, and Keras averages
+  them; under MultiWorkerMirroredStrategy it averages along axis 0, which a
+  scalar lacks, so there each becomes a [1] tensor.
+  """
+  if not isinstance(tf.distribute.get_strategy(),
+                    tf.distribute.MultiWorkerMirroredStrategy):
+    return logs
+  return {name: tf.reshape(value, [1]) for name, value in logs.items()}

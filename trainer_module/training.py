@@ -271,6 +271,14 @@ class CowClipTrainer:
       callbacks.append(NonFiniteLossGuard())
     return super().fit(*args, callbacks=callbacks, **kwargs)
 
+  def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+    """Nothing to build: the model is built when made and compile_model
+    builds the optimizers. (Under a tf.distribute strategy Keras would
+    build from the first batch reduced over the replicas: the ids averaged
+    into floats by MirroredStrategy, and a failure under
+    MultiWorkerMirroredStrategy.)"""
+    del iterator, data_batch
+
   def _config(self) -> TrainingConfig:
     if self.training_config is None:
       raise RuntimeError(f"model {self.name!r} was not compiled for CowClip "
@@ -447,7 +455,7 @@ class CowClipTrainer:
                                 weights)
     if config.cowclip:
       logs["clipped_fraction"] = self.clipped_tracker.result()
-    return logs
+    return distribution.replica_logs(logs)
 
   def test_step(self, data):
     config = self._config()
@@ -460,7 +468,8 @@ class CowClipTrainer:
         [self.field_ids(features, field) for field, _, _ in
          self.embedding_tables()])
     loss = logloss + self._l2_penalty(field_ids, config)
-    return self._update_metrics(labels, logits, logloss, loss, weights)
+    return distribution.replica_logs(
+        self._update_metrics(labels, logits, logloss, loss, weights))
 
   def _trackable_children(self, save_type="checkpoint", **kwargs):
     children = super()._trackable_children(save_type, **kwargs)

@@ -1,23 +1,28 @@
-"""Trains the same model on one device and mirrored over 2 logical CPU
-devices, 3 steps at the same global batch, for each case of CASES; prints
-per case the largest relative weight difference and metric differences as
-JSON. Run as a script (test_distribution.py does): the CPU must be split
-before TensorFlow initialises its devices."""
+"""Trains the same model on one device and data-parallel, 3 steps at the
+same global batch, for each case of CASES; prints per case the largest
+relative weight difference and the metric differences as JSON.
+
+Run as a script (test_distribution.py does), in its own process: the CPU
+must be split before TensorFlow initialises its devices, and TensorFlow
+allows one multi-worker strategy per process.
+
+  distributed_parity.py [CASE...]        mirrored over 2 logical CPU devices
+  distributed_parity.py --worker I PORT0,PORT1 [CASE...]
+      worker I of a 2-worker MultiWorkerMirroredStrategy on localhost
+      (TF_CONFIG); the chief (worker 0) prints the results.
+"""
 
 import json
+import os
 import sys
 
+import keras
 import numpy as np
 import tensorflow as tf
 
 from trainer_module import distribution
-
-distribution.configure_cpu_devices(2)
-
-import keras  # pylint: disable=g-import-not-at-top
-
-from trainer_module import models  # pylint: disable=g-import-not-at-top
-from trainer_module import training  # pylint: disable=g-import-not-at-top
+from trainer_module import models
+from trainer_module import training
 
 VOCAB = {"a": 7, "b": 5}
 BASE = dict(dense_lr=1e-2, embed_lr=3e-2, l2=1e-3, r=0.5, zeta=1e-3,
@@ -80,14 +85,26 @@ def _train(strategy, architecture, fields, weighted):
   return weights, logs
 
 
+def _strategy(argv):
+  """(the data-parallel strategy, the cases to run) of the arguments."""
+  if argv[:1] != ["--worker"]:
+    distribution.configure_cpu_devices(2)
+    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]), argv
+  index, ports = int(argv[1]), argv[2].split(",")
+  os.environ["TF_CONFIG"] = json.dumps({
+      "cluster": {"worker": [f"localhost:{p}" for p in ports]},
+      "task": {"type": "worker", "index": index}})
+  return distribution.strategy("multi-worker"), argv[3:]
+
+
 def main():
-  mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+  parallel, names = _strategy(sys.argv[1:])
   results = {}
-  for name in (sys.argv[1:] or CASES):
+  for name in (names or CASES):
     architecture, fields, weighted = CASES[name]
+    two, two_logs = _train(parallel, architecture, fields, weighted)
     one, one_logs = _train(tf.distribute.get_strategy(), architecture,
                            fields, weighted)
-    two, two_logs = _train(mirrored, architecture, fields, weighted)
     results[name] = {
         "weight_relative_difference": max(
             float(np.max(np.abs(one[k] - two[k])) /
@@ -95,8 +112,9 @@ def main():
         "metric_difference": {k: abs(one_logs[k] - two_logs[k])
                               for k in one_logs},
         "update": one_logs["update"],
-        "replicas": mirrored.num_replicas_in_sync}
-  print(json.dumps(results))
+        "replicas": parallel.num_replicas_in_sync}
+  if distribution.is_chief(parallel):
+    print(json.dumps(results))
 
 
 if __name__ == "__main__":
