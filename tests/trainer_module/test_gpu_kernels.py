@@ -184,6 +184,18 @@ def test_every_op_of_the_xla_steps_has_an_xla_gpu_kernel(name):
     assert without_gpu_kernel(function) == {}  # The input, outside XLA.
 
 
+def test_a_gpu_does_not_turn_xla_on(monkeypatch):
+  """The default step on a GPU is the kernel-checked one above."""
+  gpu = tf.config.PhysicalDevice("/physical_device:GPU:0", "GPU")
+  monkeypatch.setattr(tf.config, "list_physical_devices",
+                      lambda kind=None: [gpu])
+  for update in settings.EMBEDDING_UPDATES:
+    model = models.build_model("deepfm", VOCAB, DENSE, OPTIONS)
+    training.compile_model(model, dataclasses.replace(
+        CONFIG, embedding_update=update))
+    assert model.jit_compile is False
+
+
 def _host_only_ops():
   """A step with three ops that have no GPU kernel: a string hash, an int64
   matmul (GPU MatMul is float only) and a Python function, inside a nested
