@@ -19,7 +19,7 @@ Unique's GPU kernel (one per field and step) copies its output size to the
 host before it allocates its output, as an op with a data-dependent shape
 must.
 What a registry cannot tell: whether the kernels compile and run on a real
-GPU, and how fast (docs: kubeflow/README.md, "verified here").
+GPU, and how fast (kubeflow/README.md, section 4).
 """
 
 import dataclasses
@@ -35,17 +35,13 @@ from tensorflow.python.util import _pywrap_kernel_registry
 from trainer_module import models
 from trainer_module import settings
 from trainer_module import training
+# The small model and config of the training step's own tests.
+from test_training import CONFIG, DENSE, OPTIONS, VOCAB
 
 pytestmark = pytest.mark.skipif(
     not tf.test.is_built_with_cuda(),
     reason="needs TensorFlow's CUDA build, which registers the GPU kernels")
 
-VOCAB = {"a": 7, "b": 5}
-DENSE = ("x",)
-OPTIONS = models.ModelOptions(embedding_dim=3, hidden_units=(8, 8))
-CONFIG = training.TrainingConfig(
-    dense_lr=1e-2, embed_lr=3e-2, l2=1e-3, r=0.5, zeta=1e-3,
-    warmup_epochs=1.0, steps_per_epoch=2)
 # Node attributes that name the functions a node calls (calls, loops, ifs).
 FUNCTION_ATTRS = ("f", "body", "cond", "then_branch", "else_branch",
                   "branches")
