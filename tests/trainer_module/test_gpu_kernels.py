@@ -13,8 +13,9 @@ and fail outright with soft placement off.
 Found with TensorFlow 2.16.2: every op of every step below has a GPU kernel,
 and every op of the XLA steps an XLA_GPU_JIT kernel. The GPU kernels that
 compute on the host are int32 shape arithmetic (StridedSlice, Range, Pack,
-ConcatV2, AddN, Fill, Maximum, Sub, FloorDiv, FloorMod, GreaterEqual, Const):
-TensorFlow keeps int32 tensors in host memory on a GPU, so they cost no copy.
+ConcatV2, AddN, Fill, Maximum, Sub, FloorDiv, FloorMod, GreaterEqual, Const),
+and the tests hold them to int32: TensorFlow keeps int32 tensors in host
+memory on a GPU, so they cost no copy.
 Unique's GPU kernel (one per field and step) copies its output size to the
 host before it allocates its output, as an op with a data-dependent shape
 must.
@@ -91,6 +92,22 @@ def without_gpu_kernel(function) -> Dict[str, Set[str]]:
   return missing
 
 
+def on_the_host(function) -> Dict[str, Set[str]]:
+  """op type -> the dtypes of its nodes whose GPU kernel computes on the
+  host (a CPUDevice kernel registered for GPU, or a host constant)."""
+  nodes, library = _nodes(function)
+  host = {}
+  for _, node in nodes:
+    if node.op in library:
+      continue
+    found = kernel(node, "GPU")
+    if "CPUDevice" in found or found.startswith("_Host"):
+      attr = next(a for a in ("T", "dtype", "Tidx") if a in node.attr)
+      host.setdefault(node.op, set()).add(
+          tf.as_dtype(node.attr[attr].type).name)
+  return host
+
+
 def without_xla_gpu_kernel(function) -> Dict[str, Set[str]]:
   """op type -> the XLA-compiled functions in which it has no XLA_GPU_JIT
   kernel. Raises if the graph compiles nothing with XLA."""
@@ -157,6 +174,8 @@ def steps(name: str, options=OPTIONS, weighted: bool = False, **config):
 def test_every_op_of_the_steps_has_a_gpu_kernel(name, update, cowclip):
   for function in steps(name, embedding_update=update, cowclip=cowclip):
     assert without_gpu_kernel(function) == {}
+    # TensorFlow keeps int32 tensors on the host: they need no copy.
+    assert set().union(*on_the_host(function).values()) <= {"int32"}
 
 
 @pytest.mark.parametrize("update", settings.EMBEDDING_UPDATES)
@@ -171,6 +190,7 @@ def test_every_option_of_the_step_has_a_gpu_kernel(name, update):
       cowclip_variant="reference",
       bias_constraints=("a", settings.PREDICTED_CTR)):
     assert without_gpu_kernel(function) == {}
+    assert set().union(*on_the_host(function).values()) <= {"int32"}
 
 
 @pytest.mark.parametrize("name", DEEP_MODELS)
@@ -220,6 +240,8 @@ def test_the_check_finds_ops_without_a_gpu_kernel():
   assert set(missing) == {"StringToHashBucketFast", "MatMul", "PyFunc"}
   # Each in its own function: the body of the loop, the nested function.
   assert len(set().union(*missing.values())) == 3
+  # The loop counter's int32 add has a GPU kernel that runs on the host.
+  assert on_the_host(_host_only_ops())["AddV2"] == {"int32"}
 
 
 def test_the_xla_check_finds_ops_without_an_xla_gpu_kernel():
