@@ -3,8 +3,10 @@
 The installed TensorFlow is the CUDA build: it registers its GPU kernels
 (and, once XLA has compiled something, its XLA_GPU_JIT kernels) with or
 without a GPU. These tests trace the real steps (Keras' train and test
-functions over CowClipTrainer.train_step/test_step) and look every op of the
-graph up in the kernel registry, inside nested functions, gradient functions
+functions over CowClipTrainer.train_step/test_step; on one device, and
+mirrored over two with NCCL all-reduces, as MirroredStrategy builds it over
+GPUs: mirrored_gpu_kernels.py) and look every op of the graph up in the
+kernel registry, inside nested functions, gradient functions
 and loop bodies too, the way the runtime does (the node's dtypes must match
 a kernel's type constraints; a DEVICE_DEFAULT kernel serves any device). An
 op without a GPU kernel would run on the host, with a copy each way per step,
@@ -24,6 +26,7 @@ GPU, and how fast (kubeflow/README.md, section 4).
 """
 
 import dataclasses
+import os
 from typing import Dict, Iterator, List, Set, Tuple
 
 import keras
@@ -33,11 +36,12 @@ import tensorflow as tf
 # The registry lookup the runtime's placer does, with type constraints.
 from tensorflow.python.util import _pywrap_kernel_registry
 
+import script_output
+# The small model and config of the training step's own tests.
+from test_training import CONFIG, DENSE, OPTIONS, VOCAB
 from trainer_module import models
 from trainer_module import settings
 from trainer_module import training
-# The small model and config of the training step's own tests.
-from test_training import CONFIG, DENSE, OPTIONS, VOCAB
 
 pytestmark = pytest.mark.skipif(
     not tf.test.is_built_with_cuda(),
@@ -48,18 +52,19 @@ FUNCTION_ATTRS = ("f", "body", "cond", "then_branch", "else_branch",
                   "branches")
 DEEP_MODELS = tuple(m for m in models.MODELS
                     if m != models.LOGISTIC_REGRESSION)
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _nodes(function) -> Tuple[List[Tuple[str, tf.compat.v1.NodeDef]],
+def nodes(function) -> Tuple[List[Tuple[str, tf.compat.v1.NodeDef]],
                               Dict[str, object]]:
   """(every (function name, node) of a concrete function's graph and its
   function library, the library by name); the graph's own nodes are
   named "<graph>"."""
   graph = function.graph.as_graph_def()
   library = {f.signature.name: f for f in graph.library.function}
-  nodes = [("<graph>", node) for node in graph.node]
-  nodes += [(name, node) for name, f in library.items() for node in f.node_def]
-  return nodes, library
+  return ([("<graph>", node) for node in graph.node] +
+          [(name, node) for name, f in library.items()
+           for node in f.node_def]), library
 
 
 def _called(node) -> Iterator[str]:
@@ -84,9 +89,9 @@ def kernel(node, device: str) -> str:
 
 def without_gpu_kernel(function) -> Dict[str, Set[str]]:
   """op type -> the functions in which it has no GPU kernel."""
-  nodes, library = _nodes(function)
+  graph_nodes, library = nodes(function)
   missing = {}
-  for name, node in nodes:
+  for name, node in graph_nodes:
     if node.op not in library and not kernel(node, "GPU"):
       missing.setdefault(node.op, set()).add(name)
   return missing
@@ -95,9 +100,9 @@ def without_gpu_kernel(function) -> Dict[str, Set[str]]:
 def on_the_host(function) -> Dict[str, Set[str]]:
   """op type -> the dtypes of its nodes whose GPU kernel computes on the
   host (a CPUDevice kernel registered for GPU, or a host constant)."""
-  nodes, library = _nodes(function)
+  graph_nodes, library = nodes(function)
   host = {}
-  for _, node in nodes:
+  for _, node in graph_nodes:
     if node.op in library:
       continue
     found = kernel(node, "GPU")
@@ -111,9 +116,9 @@ def on_the_host(function) -> Dict[str, Set[str]]:
 def without_xla_gpu_kernel(function) -> Dict[str, Set[str]]:
   """op type -> the XLA-compiled functions in which it has no XLA_GPU_JIT
   kernel. Raises if the graph compiles nothing with XLA."""
-  nodes, library = _nodes(function)
+  graph_nodes, library = nodes(function)
   compiled = []
-  for _, node in nodes:
+  for _, node in graph_nodes:
     if node.attr["_XlaMustCompile"].b:
       compiled.extend(_called(node))
   if not compiled:
@@ -153,15 +158,19 @@ def _data(weighted: bool) -> tf.data.Dataset:
   return tf.data.Dataset.from_tensors(batch)
 
 
-def steps(name: str, options=OPTIONS, weighted: bool = False, **config):
+def steps(name: str, options=OPTIONS, weighted: bool = False,
+          strategy=None, **config):
   """The concrete train and test functions Keras' fit and evaluate run for
-  model ``name`` compiled with CONFIG updated by ``config``."""
-  keras.utils.set_random_seed(0)
-  model = models.build_model(name, VOCAB, DENSE, options)
-  training.compile_model(model, dataclasses.replace(CONFIG, **config))
+  model ``name`` compiled with CONFIG updated by ``config`` (in
+  ``strategy``'s scope, on its distributed input, if given)."""
+  strategy = strategy or tf.distribute.get_strategy()
+  with strategy.scope():
+    keras.utils.set_random_seed(0)
+    model = models.build_model(name, VOCAB, DENSE, options)
+    training.compile_model(model, dataclasses.replace(CONFIG, **config))
   model.make_train_function()
   model.make_test_function()
-  iterator = iter(_data(weighted))
+  iterator = iter(strategy.experimental_distribute_dataset(_data(weighted)))
   return (model.train_function.get_concrete_function(iterator),
           model.test_function.get_concrete_function(iterator))
 
@@ -198,6 +207,23 @@ def test_every_op_of_the_xla_steps_has_an_xla_gpu_kernel(name):
   for function in steps(name, embedding_update="dense", jit_compile=True):
     assert without_xla_gpu_kernel(function) == {}
     assert without_gpu_kernel(function) == {}  # The input, outside XLA.
+
+
+@pytest.fixture(scope="module")
+def mirrored():
+  """mirrored_gpu_kernels.py's results (its own process)."""
+  return script_output.json_of(os.path.join(HERE, "mirrored_gpu_kernels.py"))
+
+
+@pytest.mark.parametrize("case", ["dense", "sparse", "sparse-weighted"])
+def test_every_op_of_the_mirrored_steps_has_a_gpu_kernel(mirrored, case):
+  """The graph MirroredStrategy builds over GPUs: its sums and gathers are
+  NCCL all-reduces."""
+  for function in ("train", "test"):
+    result = mirrored[case][function]
+    assert result["collectives"] == ["NcclAllReduce"]
+    assert result["without_gpu_kernel"] == {}
+    assert set(result["on_the_host"]) <= {"int32"}
 
 
 def test_a_gpu_does_not_turn_xla_on(monkeypatch):
