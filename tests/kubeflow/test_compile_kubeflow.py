@@ -5,6 +5,7 @@ the way the KFP API server reads it.
 """
 
 import argparse
+import json
 import os
 import re
 import shlex
@@ -183,10 +184,13 @@ def test_trainer_requests_the_gpus(spec):
 
 
 def test_gpus_n_requests_n_gpus_on_the_trainer_and_the_tuner_only(tmp_path):
-  """The Tuner's trials train the same model as the Trainer."""
+  """The Tuner's trials train the same model as the Trainer, which uses
+  every GPU it sees (--distribution auto, the default)."""
   spec = compile_to(str(tmp_path / "s.yaml"),
                     [*ARGS, "--gpus", "4", "--tune", "--trials", "2"])
   assert pod_limits(spec, "Trainer") == {"nvidia.com/gpu": 4}
+  assert json.loads(parameter(spec, "Trainer", "custom_config"))[
+      "distribution"] == "auto"
   assert pod_limits(spec, "CtrTuner") == {"nvidia.com/gpu": 4}
   for name in set(tasks(spec)) - {"Trainer", "CtrTuner"}:
     assert "resources" not in container(spec, name), name
