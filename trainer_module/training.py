@@ -47,15 +47,16 @@ CowClip paper and its reference implementation (bytedance/LargeBatchCTR) do:
 * A non-finite loss raises NonFiniteLossError during fit (a guard callback
   CTRModel.fit always adds), rather than exporting a broken model.
 
-XLA (``jit_compile``, default None = decide): the dense update compiles
+XLA (``jit_compile``, default off, on a GPU too): the dense update compiles
 (tf.unique of the batch's ids has a bounded dynamic shape) and XLA fuses its
 [V, d]-wide L2, clip and Adam element-wise work, but on CPU XLA runs those
 fused loops on one thread while TensorFlow's kernels use every core.
 Measured here (DeepFM, Criteo-like 26 fields / 537k rows, 2 shared
 cores): XLA cut CPU time per step by 10-15% but was no faster in wall time
 (batch 8192: 206-234 vs 172-203 ms per step over two runs; batch 1024
-with CowClip: slower). So None means XLA for the dense update only when a
-GPU is present (as Keras' own "auto"); the sparse update uses tf.unique
+with CowClip: slower). On a GPU XLA has never compiled, run or been timed
+(only its kernels are checked: tests/trainer_module/test_gpu_kernels.py),
+so it runs only when asked for; the sparse update uses tf.unique
 (batch-dependent shapes), which XLA cannot compile at all.
 """
 
@@ -96,8 +97,8 @@ class TrainingConfig:
     cowclip: clip the deep embedding gradients with CowClip.
     cowclip_variant: threshold formula, one of settings.COWCLIP_VARIANTS.
     embedding_update: "dense" (the reference) or "sparse", see module doc.
-    jit_compile: XLA for the train and test steps; None: XLA for the dense
-      update on a GPU only (see module doc).
+    jit_compile: XLA for the train and test steps; off by default, on a
+      GPU too: that path is kernel-checked only (see module doc).
     bias_constraints: slice features whose per-bucket calibration bias the
       objective constrains (bias_constraints.py); () for none.
     bias_constraint_lr: gradient-ascent step of their multipliers.
@@ -112,7 +113,7 @@ class TrainingConfig:
   cowclip: bool = True
   cowclip_variant: str = settings.DEFAULT_COWCLIP_VARIANT
   embedding_update: str = settings.DEFAULT_EMBEDDING_UPDATE
-  jit_compile: Optional[bool] = None
+  jit_compile: bool = False
   bias_constraints: Tuple[str, ...] = ()
   bias_constraint_lr: float = settings.DEFAULT_BIAS_CONSTRAINT_LR
 
@@ -507,7 +508,10 @@ def compile_model(model: CowClipTrainer, config: TrainingConfig) -> None:
   slots for variables another optimizer updates), and compiles the model
   with the dense one as ``model.optimizer`` (so Keras callbacks that read
   ``optimizer.iterations``/``learning_rate`` see the step count and the
-  warmup).
+  warmup). XLA only with ``config.jit_compile``, never Keras' "auto" (XLA
+  whenever a GPU is present): an XLA_GPU_JIT kernel says an op lowers to
+  XLA, not that XLA's GPU compiler builds the step, and XLA has never run
+  on a GPU (see module doc).
   """
   if not isinstance(model, CowClipTrainer):
     raise TypeError(f"compile_model needs a models.CTRModel, got "
@@ -530,11 +534,7 @@ def compile_model(model: CowClipTrainer, config: TrainingConfig) -> None:
                                             config.warmup_steps),
       name="dense_adam")
   dense_optimizer.build(dense)
-  jit_compile = config.jit_compile
-  if jit_compile is None:
-    jit_compile = (config.embedding_update == "dense" and
-                   bool(tf.config.list_physical_devices("GPU")))
-  model.compile(optimizer=dense_optimizer, jit_compile=jit_compile)
+  model.compile(optimizer=dense_optimizer, jit_compile=config.jit_compile)
   model.embedding_optimizer = embedding_optimizer
   model.training_config = config
   model.bias_constraints = (bias_constraints_lib.BiasConstraints(

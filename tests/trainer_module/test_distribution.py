@@ -4,27 +4,20 @@ choice of strategy."""
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
+import script_output
 from trainer_module import distribution
 from trainer_module import settings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
 @pytest.fixture(scope="module")
 def parity():
   """distributed_parity.py's results: every case, one process."""
-  result = subprocess.run(
-      [sys.executable, os.path.join(HERE, "distributed_parity.py")],
-      cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT},
-      capture_output=True, text=True, timeout=900, check=False)
-  assert result.returncode == 0, result.stderr[-3000:]
-  return json.loads(result.stdout.strip().splitlines()[-1])
+  return script_output.json_of(os.path.join(HERE, "distributed_parity.py"))
 
 
 CASES = ("dense-cowclip-paper", "sparse-cowclip-paper",
