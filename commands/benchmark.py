@@ -56,6 +56,7 @@ from commands import generate
 from commands import study_data
 from pipeline.config import PipelineConfig
 from trainer_module import cowclip
+from trainer_module import distribution
 from trainer_module import features
 from trainer_module import input_pipeline
 from trainer_module import models
@@ -64,10 +65,10 @@ from trainer_module import trainer
 from trainer_module import training
 
 COLUMNS = ("model", "batch_size", "precision", "embedding_update", "cowclip",
-           "vocab_scale", "vocab_rows", "steps", "seconds_per_step",
-           "examples_per_second", "gflops_per_second", "matmul_peak_gflops",
-           "mlp_share", "embedding_share", "optimizer_share",
-           "cowclip_share")
+           "vocab_scale", "vocab_rows", "distribution", "replicas", "steps",
+           "seconds_per_step", "examples_per_second", "gflops_per_second",
+           "matmul_peak_gflops", "mlp_share", "embedding_share",
+           "optimizer_share", "cowclip_share", "collective_share")
 COMPONENTS = ("mlp", "embedding", "optimizer", "cowclip")
 DEFAULT_BATCH_SIZES = (1024, 8192)
 DEFAULT_ROWS = 200_000
@@ -94,6 +95,7 @@ class BenchmarkCase:
   cowclip: bool
   vocab_scale: int = 1
   precision: str = "float32"
+  distribution: str = "none"
 
 
 def transform(spec: features.DatasetSpec, path: str, min_frequency: int,
@@ -115,13 +117,17 @@ def transform(spec: features.DatasetSpec, path: str, min_frequency: int,
 
 def benchmark_cases(batch_sizes: Sequence[int],
                     vocab_scale: int = DEFAULT_VOCAB_SCALE,
-                    precisions: Sequence[str] = ("float32",)
-                   ) -> List[BenchmarkCase]:
-  """Every batch x precision x update x CowClip, then the larger vocabulary
-  at the first batch size (vocab_scale 1 skips those)."""
-  cases = [BenchmarkCase(b, update, clip, precision=p) for b in batch_sizes
-           for p in precisions for update in settings.EMBEDDING_UPDATES
-           for clip in (True, False)]
+                    precisions: Sequence[str] = ("float32",),
+                    distribution_: str = "none") -> List[BenchmarkCase]:
+  """Every batch x precision x update x CowClip (with a `distribution_`,
+  each on one device and then distributed, side by side), then the larger
+  vocabulary at the first batch size on one device (vocab_scale 1 skips
+  those)."""
+  kinds = ("none",) if distribution_ == "none" else ("none", distribution_)
+  cases = [BenchmarkCase(b, update, clip, precision=p, distribution=kind)
+           for b in batch_sizes for p in precisions
+           for update in settings.EMBEDDING_UPDATES
+           for clip in (True, False) for kind in kinds]
   if vocab_scale > 1:
     cases += [BenchmarkCase(batch_sizes[0], update, clip, vocab_scale, p)
               for p in precisions for update in settings.EMBEDDING_UPDATES
@@ -238,6 +244,37 @@ def component_seconds(model: models.CTRModel, features: Mapping[str, object],
   return seconds
 
 
+def collective_seconds(model: models.CTRModel, batch_size: int,
+                       repeats: int) -> float:
+  """Seconds of the step's cross-replica sums and gathers, timed alone on
+  tensors of the step's shapes (the model's strategy; its own code:
+  CowClipTrainer._global_table_gradients, the summed dense gradients, the
+  gathered labels and logits of the metrics)."""
+  strategy = model.distribute_strategy
+  rows = batch_size // strategy.num_replicas_in_sync
+  tables, dense = model.split_variables()
+  fields = len(model.fields)
+
+  def replica():
+    ids = [tf.zeros([rows], tf.int64)] * fields
+    slices = [tf.IndexedSlices(tf.zeros([rows, table.shape[1]]),
+                               tf.zeros([rows], tf.int64),
+                               tf.shape(table, out_type=tf.int64))
+              for table in tables]
+    _, gradients, _ = model._global_table_gradients(  # pylint: disable=protected-access
+        ids, slices, None)
+    summed = distribution.global_sum([tf.zeros_like(v) for v in dense] +
+                                     [tf.zeros([]), tf.zeros([])])
+    labels_and_logits = distribution.gather_columns([tf.zeros([rows, 1])] * 2)
+    return ([g.values for g in gradients], summed, labels_and_logits)
+
+  @tf.function
+  def collectives():
+    return strategy.run(replica)
+
+  return _seconds_per_call(collectives, repeats)
+
+
 def time_training_step(model_name: str, spec: features.DatasetSpec,
                        data: TransformedData, case: BenchmarkCase,
                        options: models.ModelOptions, warmup_steps: int,
@@ -256,7 +293,8 @@ def time_training_step(model_name: str, spec: features.DatasetSpec,
       dataset=spec.name, model=model_name, batch_size=case.batch_size,
       epochs=1, cowclip=case.cowclip, embedding_update=case.embedding_update,
       model_options=dataclasses.replace(options, precision=case.precision),
-      auto_hparams=())
+      auto_hparams=(), distribution=case.distribution,
+      cpu_devices=len(tf.config.list_logical_devices("CPU")))
   split = input_pipeline.training_data(list(data.train_files),
                                 data.tf_transform_output, spec.label,
                                 case.batch_size)
@@ -278,11 +316,17 @@ def time_training_step(model_name: str, spec: features.DatasetSpec,
             "embedding_update": case.embedding_update,
             "cowclip": case.cowclip, "vocab_scale": case.vocab_scale,
             "vocab_rows": sum(record["vocab_sizes"].values()),
+            "distribution": record["distribution"]["strategy"],
+            "replicas": record["distribution"]["replicas"],
             "steps": clock.timed_steps,
             "seconds_per_step": step, "examples_per_second": rate,
             "gflops_per_second": mlp_flops_per_example(model) * rate / 1e9,
             "matmul_peak_gflops": matmul_peak}
-  if components:
+  if result["replicas"] > 1:
+    # The parts below are timed on one device; here the collectives are.
+    result["collective_share"] = collective_seconds(
+        model, case.batch_size, min(steps, 10)) / step
+  elif components:
     batch_features, _ = next(iter(split.train))
     parts = component_seconds(model, batch_features, min(steps, 10))
     result.update({f"{name}_share": parts[name] / step
@@ -298,7 +342,8 @@ def run_benchmark(dataset: str, model_name: str, batch_sizes: Sequence[int],
                   warmup_steps: int = 3, steps: int = 20,
                   seed: int = 1, precisions: Sequence[str] = ("float32",),
                   components: bool = True,
-                  work_dir: Optional[str] = None) -> List[Dict[str, object]]:
+                  work_dir: Optional[str] = None,
+                  distribution_: str = "none") -> List[Dict[str, object]]:
   """Times every case of benchmark_cases; one result dict per case.
 
   Args:
@@ -318,6 +363,8 @@ def run_benchmark(dataset: str, model_name: str, batch_sizes: Sequence[int],
     components: also time the parts of each step (component_seconds).
     work_dir: where ingestion and Transform write (kept: a re-run on the
       same file and threshold reuses them); None: a temporary directory.
+    distribution_: settings.DISTRIBUTIONS: also time each case this way
+      (its collectives' share instead of the parts).
   """
   spec = features.get_spec(dataset)
   if not batch_sizes or any(b <= 0 for b in batch_sizes):
@@ -329,6 +376,7 @@ def run_benchmark(dataset: str, model_name: str, batch_sizes: Sequence[int],
     raise ValueError(f"precisions must be some of {models.PRECISIONS}, got "
                      f"{list(precisions)}")
   threshold = spec.min_frequency if min_frequency is None else min_frequency
+  distribution_ = distribution.resolve(distribution_)
   with tempfile.TemporaryDirectory() as tmp:
     work = work_dir or tmp
     path = data_path
@@ -342,24 +390,25 @@ def run_benchmark(dataset: str, model_name: str, batch_sizes: Sequence[int],
                                warmup_steps, steps, peaks[case.precision],
                                components)
             for case in benchmark_cases(batch_sizes, vocab_scale,
-                                        precisions)]
+                                        precisions, distribution_)]
 
 
 def format_table(results: Sequence[Mapping[str, object]]) -> str:
   """A fixed-width text table of benchmark results (shares in %)."""
   header = ("model", "batch", "precision", "update", "cowclip", "vocab",
-            "vocab rows", "s/step", "examples/s", "GFLOP/s", "peak", "mlp%",
-            "emb%", "opt%", "clip%")
-  row = ("{:<7} {:>6} {:<14} {:<7} {:<7} {:>5} {:>10} {:>8} {:>11} {:>7} "
-         "{:>5} {:>4} {:>4} {:>4} {:>5}")
+            "vocab rows", "devices", "s/step", "examples/s", "GFLOP/s",
+            "peak", "mlp%", "emb%", "opt%", "clip%", "coll%")
+  row = ("{:<7} {:>6} {:<14} {:<7} {:<7} {:>5} {:>10} {:>12} {:>8} {:>11} "
+         "{:>7} {:>5} {:>4} {:>4} {:>4} {:>5} {:>5}")
   lines = [row.format(*header)]
   for r in results:
     shares = [f"{100 * r[f'{name}_share']:.0f}" if f"{name}_share" in r
-              else "-" for name in COMPONENTS]
+              else "-" for name in COMPONENTS + ("collective",)]
     lines.append(row.format(
         r["model"], r["batch_size"], r["precision"], r["embedding_update"],
         "on" if r["cowclip"] else "off", f"x{r['vocab_scale']}",
-        f"{r['vocab_rows']:,}", f"{r['seconds_per_step']:.4f}",
+        f"{r['vocab_rows']:,}", f"{r['distribution']} x{r['replicas']}",
+        f"{r['seconds_per_step']:.4f}",
         f"{r['examples_per_second']:,.0f}", f"{r['gflops_per_second']:.1f}",
         "-" if r["matmul_peak_gflops"] is None else
         f"{r['matmul_peak_gflops']:.0f}", *shares))
@@ -432,7 +481,7 @@ def main(args: argparse.Namespace) -> int:
       vocab_scale=args.vocab_scale, options=options,
       warmup_steps=args.warmup_steps, steps=args.steps,
       precisions=args.precisions, components=args.components,
-      work_dir=args.work_dir)
+      work_dir=args.work_dir, distribution_=args.distribution)
   print(format_table(results))
   if args.output:
     write_csv(results, args.output)

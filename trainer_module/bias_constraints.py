@@ -103,7 +103,7 @@ def constraint_term(multipliers: tf.Tensor, residuals: tf.Tensor
 def _global_rank_buckets(logits: tf.Tensor) -> tf.Tensor:
   """rank_buckets of this replica's logits within the global batch."""
   logits = tf.reshape(tf.stop_gradient(logits), [-1])
-  (everyone,) = distribution.gather_batch([logits])
+  (everyone,) = distribution.gather_columns([logits])
   return distribution.local_rows(rank_buckets(everyone), tf.size(logits))
 
 

@@ -9,7 +9,7 @@ the update one device makes at batch B (training.CowClipTrainer.train_step):
   single-device gradient; the step sums them itself (``global_sum``) and
   the optimizers apply what they get (optimizers.GlobalGradients);
 * every replica gathers the batch's ids, their gradient slices and weights
-  from all replicas (``gather_batch``) and runs the single-device table
+  from all replicas (``gather_columns``) and runs the single-device table
   update on them: counts over the global batch, each row's gradient summed
   over replicas BEFORE CowClip clips it, the L2 term once. Each replica
   computes the same update, so the mirrored tables stay identical;
@@ -141,6 +141,22 @@ def is_chief(strategy_: tf.distribute.Strategy) -> bool:
                              index == 0)
 
 
+def split_by_examples(dataset: tf.data.Dataset) -> tf.data.Dataset:
+  """The dataset, split between workers by examples, not by files.
+
+  Each worker reads the whole input and keeps its share of every global
+  batch, so the global batches are the one-device ones (the parity) and
+  every worker runs the same number of steps. (Split by files, the workers
+  would get different rows per batch, and uneven files uneven step counts,
+  on which a multi-worker epoch hangs.) One device or one machine: the
+  dataset runs once and Keras splits its batches.
+  """
+  options = tf.data.Options()
+  options.experimental_distribute.auto_shard_policy = (
+      tf.data.experimental.AutoShardPolicy.DATA)
+  return dataset.with_options(options)
+
+
 # Replica-context helpers of the training step (see the module doc).
 
 
@@ -160,20 +176,24 @@ def global_sum(values):
   return context.all_reduce(tf.distribute.ReduceOp.SUM, values)
 
 
-def gather_batch(values: Sequence[Optional[tf.Tensor]]
-                 ) -> List[Optional[tf.Tensor]]:
+def gather_columns(values: Sequence[tf.Tensor]) -> List[tf.Tensor]:
   """Each tensor's rows from every replica, in replica order: the global
-  batch (None stays None)."""
+  batch. The tensors (one dtype, the same rows: a batch's columns) travel
+  as one: each collective has a fixed cost, and a step has a hundred of
+  these tensors."""
   context = _context()
-  if context is None:
+  if context is None or not values:
     return list(values)
-  present = [v for v in values if v is not None]
-  gathered = iter(context.all_gather(present, axis=0))
-  return [None if v is None else next(gathered) for v in values]
+  widths = [1 if v.shape.rank == 1 else v.shape[1] for v in values]
+  block = tf.concat([tf.reshape(v, [-1, w]) for v, w in zip(values, widths)],
+                    axis=1)
+  gathered = tf.split(context.all_gather(block, axis=0), widths, axis=1)
+  return [tf.reshape(g, [-1]) if v.shape.rank == 1 else g
+          for g, v in zip(gathered, values)]
 
 
 def local_rows(global_values: tf.Tensor, local_size: tf.Tensor) -> tf.Tensor:
-  """This replica's rows of a gathered tensor (gather_batch's order)."""
+  """This replica's rows of a gathered tensor (gather_columns's order)."""
   context = _context()
   if context is None:
     return global_values

@@ -15,6 +15,7 @@ probability.
 import dataclasses
 import json
 import os
+import tempfile
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from absl import logging
@@ -24,6 +25,7 @@ import tensorflow as tf
 import tensorflow_transform as tft
 
 from trainer_module import contract
+from trainer_module import distribution
 from trainer_module import models
 from trainer_module import preprocessing
 from trainer_module import training
@@ -55,7 +57,9 @@ def fit(model: models.CTRModel, data: TrainingData, epochs: int,
     best_epoch (1-based) with its validation metrics, and the bias_shift.
   """
   stopping = training.early_stopping()
-  history = model.fit(data.train, validation_data=data.validation,
+  history = model.fit(distribution.split_by_examples(data.train),
+                      validation_data=distribution.split_by_examples(
+                          data.validation),
                       epochs=epochs, initial_epoch=initial_epoch,
                       steps_per_epoch=epoch_steps, verbose=verbose,
                       callbacks=[*callbacks, stopping])
@@ -206,6 +210,13 @@ def run_fn(fn_args) -> None:
       steps_per_epoch=steps_per_epoch(data.train_examples, batch_size),
       logistic_regression={k: baseline_record[k] for k in (
           "history", "epochs_run", "best_epoch", "best", "scaled")})
+  if not distribution.is_chief(replicas[0].distribute_strategy):
+    # Every worker saves (saving may read variables collectively), only the
+    # chief's model is the Trainer's output.
+    with tempfile.TemporaryDirectory() as scratch:
+      export_serving_model(replicas, baseline, tf_transform_output, settings,
+                           scratch)
+    return
   export_serving_model(replicas, baseline, tf_transform_output, settings,
                        fn_args.serving_model_dir)
   for directory in (fn_args.model_run_dir, fn_args.serving_model_dir):

@@ -382,32 +382,38 @@ class CowClipTrainer:
 
   def _global_table_gradients(self, field_ids, gradients, weights):
     """The global batch's ids, table data gradients and importance weights
-    (distribution.gather_batch; one device: as given).
+    (one device: as given).
 
-    A slice gradient is gathered (its slices follow its field's ids, so
-    both are gathered in the same replica order); a dense one is summed
+    The replicas' ids, gradient slices (an embedding lookup's gradient has
+    one slice per example, in the order of its field's ids) and weights are
+    gathered in one gather per dtype (distribution.gather_columns: a few
+    large collectives, not one per table); a dense table gradient is summed
     over the replicas.
     """
     slices = [g for g in gradients if isinstance(g, tf.IndexedSlices)]
     dense = iter(distribution.global_sum(
         [g for g in gradients if not isinstance(g, tf.IndexedSlices)]))
-    gathered = distribution.gather_batch(
-        [*field_ids, weights, *(g.values for g in slices),
-         *(g.indices for g in slices)])
-    count = len(field_ids)
-    values = iter(gathered[count + 1:count + 1 + len(slices)])
-    indices = iter(gathered[count + 1 + len(slices):])
-    gradients = [tf.IndexedSlices(next(values), next(indices), g.dense_shape)
-                 if isinstance(g, tf.IndexedSlices) else next(dense)
-                 for g in gradients]
-    return gathered[:count], gradients, gathered[count]
+    field_ids = distribution.gather_columns(field_ids)
+    floats = distribution.gather_columns(
+        [g.values for g in slices] + ([] if weights is None else [weights]))
+    values = iter(floats)
+    by_table = {id(v): ids for (_, *tables), ids in zip(
+        self.embedding_tables(), field_ids) for v in tables if v is not None}
+    tables, _ = self.split_variables()
+    gradients = [
+        tf.IndexedSlices(next(values), by_table[id(table)], g.dense_shape)
+        if isinstance(g, tf.IndexedSlices) else next(dense)
+        for g, table in zip(gradients, tables)]
+    return field_ids, gradients, None if weights is None else next(values)
 
   def _update_metrics(self, labels, logits, logloss, loss, weights=None):
     """Updates loss, logloss and auc with the GLOBAL batch (the replicas'
     labels, logits and weights gathered; weighted by the importance
     weights, if any); returns them for the logs."""
-    labels, logits, weights = distribution.gather_batch(
-        [labels, tf.stop_gradient(logits), weights])
+    labels, logits, *weights = distribution.gather_columns(
+        [labels, tf.cast(tf.stop_gradient(logits), tf.float32)] +
+        ([] if weights is None else [weights]))
+    weights = weights[0] if weights else None
     batch = (tf.shape(labels)[0] if weights is None
              else tf.reduce_sum(weights))
     self.loss_tracker.update_state(loss, sample_weight=batch)
@@ -465,9 +471,10 @@ class CowClipTrainer:
     total = distribution.global_sum(_total_weight(labels, weights))
     logloss = distribution.global_sum(
         _summed_log_loss(labels, logits, weights) / total)
-    field_ids = distribution.gather_batch(
-        [self.field_ids(features, field) for field, _, _ in
-         self.embedding_tables()])
+    field_ids = [self.field_ids(features, field) for field, _, _ in
+                 self.embedding_tables()]
+    if config.embedding_update == "sparse":  # The penalty of their rows.
+      field_ids = distribution.gather_columns(field_ids)
     loss = logloss + self._l2_penalty(field_ids, config)
     return distribution.replica_logs(
         self._update_metrics(labels, logits, logloss, loss, weights))

@@ -4,6 +4,9 @@ choice of strategy."""
 
 import json
 import os
+import socket
+import subprocess
+import sys
 
 import pytest
 
@@ -40,6 +43,50 @@ def test_two_replicas_make_the_one_device_update(parity, case):
   assert max(result["metric_difference"].values()) < 1e-5
   assert {"loss", "logloss", "auc", "val_logloss", "val_auc"} <= set(
       result["metric_difference"])
+
+
+MULTI_WORKER_CASES = ("sparse-cowclip-paper", "dense-weighted",
+                      "bias-constraints")
+
+
+def _free_ports(count):
+  sockets = [socket.socket() for _ in range(count)]
+  for s in sockets:
+    s.bind(("localhost", 0))
+  ports = [s.getsockname()[1] for s in sockets]
+  for s in sockets:
+    s.close()
+  return ",".join(map(str, ports))
+
+
+def test_two_workers_make_the_one_device_update():
+  """Two worker processes on localhost (TF_CONFIG), one CPU device each,
+  MultiWorkerMirroredStrategy: the chief's weights after 3 steps match
+  one device at the same global batch, as the mirrored ones do."""
+  script = os.path.join(HERE, "distributed_parity.py")
+  ports = _free_ports(2)
+  env = {**os.environ, "PYTHONPATH": script_output.ROOT}
+  other = subprocess.Popen(
+      [sys.executable, script, "--worker", "1", ports, *MULTI_WORKER_CASES],
+      cwd=script_output.ROOT, env=env, stdout=subprocess.DEVNULL,
+      stderr=subprocess.PIPE, text=True)
+  try:
+    chief = subprocess.run(
+        [sys.executable, script, "--worker", "0", ports, *MULTI_WORKER_CASES],
+        cwd=script_output.ROOT, env=env, capture_output=True, text=True,
+        timeout=600, check=False)
+    _, other_errors = other.communicate(timeout=120)
+  finally:
+    other.kill()
+  assert chief.returncode == 0, chief.stderr[-3000:]
+  assert other.returncode == 0, other_errors[-3000:]
+  results = json.loads(chief.stdout.strip().splitlines()[-1])
+  assert set(results) == set(MULTI_WORKER_CASES)
+  for result in results.values():
+    assert result["replicas"] == 2
+    assert result["update"] > 1e-3
+    assert result["weight_relative_difference"] < 1e-5
+    assert max(result["metric_difference"].values()) < 1e-5
 
 
 def test_parity_covers_every_case(parity):
@@ -85,3 +132,21 @@ def test_the_cpu_cannot_be_split_once_initialised():
   with pytest.raises(ValueError, match="set --cpu-devices when the process "
                      "starts"):
     distribution.configure_cpu_devices(2)
+
+
+@pytest.mark.parametrize("cluster,task,chief", [
+    ({"chief": ["h:1"], "worker": ["h:2"]}, ("chief", 0), True),
+    ({"chief": ["h:1"], "worker": ["h:2"]}, ("worker", 0), False),
+    ({"worker": ["h:1", "h:2"]}, ("worker", 0), True),
+    ({"worker": ["h:1", "h:2"]}, ("worker", 1), False),
+])
+def test_only_the_chief_writes_the_model(cluster, task, chief):
+  """The Trainer's export goes to its output from the cluster's chief (or
+  worker 0 without one); the other workers save to a scratch directory."""
+  import types  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+      tf.train.ClusterSpec(cluster), task_type=task[0], task_id=task[1])
+  assert distribution.is_chief(
+      types.SimpleNamespace(cluster_resolver=resolver)) is chief
+  assert distribution.is_chief(tf.distribute.get_strategy())
