@@ -187,9 +187,12 @@ def gather_columns(values: Sequence[tf.Tensor]) -> List[tf.Tensor]:
   widths = [1 if v.shape.rank == 1 else v.shape[1] for v in values]
   block = tf.concat([tf.reshape(v, [-1, w]) for v, w in zip(values, widths)],
                     axis=1)
-  gathered = tf.split(context.all_gather(block, axis=0), widths, axis=1)
-  return [tf.reshape(g, [-1]) if v.shape.rank == 1 else g
-          for g, v in zip(gathered, values)]
+  gathered = context.all_gather(block, axis=0)
+  # Column slices, not tf.split: SplitV has no int64 GPU kernel.
+  starts = [sum(widths[:i]) for i in range(len(widths))]
+  return [tf.reshape(gathered[:, start], [-1]) if v.shape.rank == 1 else
+          gathered[:, start:start + width]
+          for v, start, width in zip(values, starts, widths)]
 
 
 def local_rows(global_values: tf.Tensor, local_size: tf.Tensor) -> tf.Tensor:
