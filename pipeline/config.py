@@ -136,6 +136,8 @@ class PipelineConfig:
     push: settings.PUSH_MODES: with replicas, serve their mean or replica 0.
     max_pd: the gate's bound on the replicas' Prediction Difference,
       overall slice (None: no check; needs replicas > 1).
+    seed: the Trainer's and the Tuner's seed
+      (settings.TrainerSettings.seed; None: unseeded).
   """
   dataset: str
   data: str
@@ -184,6 +186,7 @@ class PipelineConfig:
   replicas: int = 1
   push: str = settings.DEFAULT_PUSH
   max_pd: Optional[float] = None
+  seed: Optional[int] = None
 
   def __post_init__(self):
     features.get_spec(self.dataset)  # Fails early on an unknown dataset.
@@ -325,7 +328,7 @@ class PipelineConfig:
         negative_sampling_rate=self.negative_sampling_rate,
         bias_constraints=tuple(self.bias_constraints),
         bias_constraint_lr=self.bias_constraint_lr,
-        replicas=self.replicas, push=self.push)
+        replicas=self.replicas, push=self.push, seed=self.seed)
 
   @functools.cached_property
   def tuning_settings(self) -> settings.TuningSettings:

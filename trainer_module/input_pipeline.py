@@ -12,7 +12,7 @@ initialisation are those of the data trained on.
 """
 
 import dataclasses
-from typing import Any, Dict, List, Mapping, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from absl import logging
 import numpy as np
@@ -186,18 +186,21 @@ class SplitStats:
 
 
 def _record_chunks(files: List[str], shuffle: bool = False,
-                   seed: int = 0) -> tf.data.Dataset:
+                   seed: Optional[int] = None) -> tf.data.Dataset:
   """Serialized records of ExampleGen's gzipped TFRecord `files`, in
   chunks of up to _RECORD_CHUNK records of one file, read from files in
-  parallel (`shuffle`: in a shuffled file order, chunks in completion
-  order)."""
+  parallel (`shuffle`: in a file order shuffled with `seed`). The chunks
+  come in a fixed order, except shuffled without a seed: then in the
+  order they complete (docs/benchmark_data.md, deterministic reading).
+  """
   dataset = tf.data.Dataset.from_tensor_slices(files)
   if shuffle:
     dataset = dataset.shuffle(len(files), seed=seed)
   return dataset.interleave(
       lambda f: tf.data.TFRecordDataset(f, compression_type="GZIP").batch(
           _RECORD_CHUNK),
-      num_parallel_calls=tf.data.AUTOTUNE, deterministic=not shuffle)
+      num_parallel_calls=tf.data.AUTOTUNE,
+      deterministic=not shuffle or seed is not None)
 
 
 def split_stats(file_patterns: List[str], raw_spec: Mapping[str, Any],
@@ -236,7 +239,7 @@ def make_dataset(file_patterns: List[str],
                  label: str,
                  batch_size: int,
                  shuffle: bool,
-                 seed: int = 0,
+                 seed: Optional[int] = None,
                  part: str = "all",
                  buckets: int = 0,
                  negative_sampling_rate: float = NO_SAMPLING,
@@ -250,7 +253,8 @@ def make_dataset(file_patterns: List[str],
   graph here, as serving requests do. Records are batched BEFORE parsing
   (one parse_example and one graph call per batch instead of one per
   record), and files are read in parallel in chunks (_record_chunks), so
-  input is not the bottleneck.
+  input is not the bottleneck. `seed` seeds the shuffles (None: a new
+  order every run, files read as they complete: _record_chunks).
   `part` and `buckets` keep the train or validation part of the records,
   and a negative_sampling_rate below 1 keeps the records sampling keeps
   (select_records: on the serialized bytes, in chunks of _RECORD_CHUNK,
@@ -361,7 +365,7 @@ def sampling_record(rate: float, click_rate: float,
 def training_part(train_files: List[str],
                   tf_transform_output: tft.TFTransformOutput, label: str,
                   batch_size: int, buckets: int, negative_sampling_rate: float,
-                  seed: int, cache: bool = False) -> tf.data.Dataset:
+                  seed: Optional[int], cache: bool = False) -> tf.data.Dataset:
   """The shuffled training part of the train split (TrainingData.train):
   one definition for training_data and each replica's own shuffle."""
   return make_dataset(train_files, tf_transform_output, label, batch_size,
@@ -372,10 +376,10 @@ def training_part(train_files: List[str],
 
 def training_data(train_files: List[str],
                   tf_transform_output: tft.TFTransformOutput, label: str,
-                  batch_size: int, seed: int = 0,
+                  batch_size: int, seed: Optional[int] = None,
                   negative_sampling_rate: float = NO_SAMPLING) -> TrainingData:
   """The training part and the validation slice of the train split
-  (`seed`: the training part's shuffle).
+  (`seed`: the training part's shuffle, make_dataset).
 
   Negative sampling (rate below 1) applies to both parts, with the same
   weights: the weighted validation log loss estimates the unsampled one,

@@ -198,6 +198,10 @@ class TrainerSettings:
       seed (initialisation and data order); their Prediction Difference
       measures reproducibility (Anil et al. 2022, section 5).
     push: one of PUSH_MODES: what the exported model serves with replicas.
+    seed: seeds initialisation, the data order and every random op, and
+      reads the files in a fixed order, so two runs on the same machine
+      give the same model (replica i: seed + i). None: unseeded, each
+      run its own model.
   """
   dataset: str
   model: str = DEFAULT_MODEL
@@ -219,6 +223,7 @@ class TrainerSettings:
   bias_constraint_lr: float = DEFAULT_BIAS_CONSTRAINT_LR
   replicas: int = 1
   push: str = DEFAULT_PUSH
+  seed: Optional[int] = None
 
   def __post_init__(self):
     spec = features.get_spec(self.dataset)  # Fails on an unknown dataset.
@@ -266,6 +271,11 @@ class TrainerSettings:
                        f"each must be '{PREDICTED_CTR}' or a categorical "
                        f"feature of {self.dataset}, once; unknown {unknown}")
     _check_positive_number("bias_constraint_lr", self.bias_constraint_lr)
+    if self.seed is not None and (isinstance(self.seed, bool) or
+                                  not isinstance(self.seed, int) or
+                                  self.seed < 0):
+      raise ValueError(f"seed must be a non-negative integer or None, got "
+                       f"{self.seed!r}")
 
   @property
   def spec(self) -> features.DatasetSpec:

@@ -140,8 +140,9 @@ def train_replicas(settings: TrainerSettings, data: TrainingData,
   training part shuffled with that seed (data order), as two retrains
   differ.
 
-  `seed` None (run_fn): replicas are seeded 0..N-1, and one replica (the
-  default) trains unseeded, as before; the study gives its run's seed. One
+  `seed` None (run_fn without settings.seed): replicas are seeded 0..N-1,
+  and one replica (the default) trains unseeded; the study gives its
+  run's seed, run_fn settings.seed. One
   replica trains on `data` as given (its shuffle seeded by training_data).
   `log_dir`: TensorBoard logs (None: none); `callbacks`: more Keras
   callbacks, given to every replica's fit. The record is replica 0's; with
@@ -187,7 +188,7 @@ def run_fn(fn_args) -> None:
   batch_size = settings.batch_size
 
   data = training_data(fn_args.train_files, tf_transform_output,
-                       settings.spec.label, batch_size,
+                       settings.spec.label, batch_size, seed=settings.seed,
                        negative_sampling_rate=settings.negative_sampling_rate)
   logging.info("%s", check_training_fits(
       preprocessing.vocabulary_sizes(tf_transform_output, settings.spec),
@@ -196,10 +197,10 @@ def run_fn(fn_args) -> None:
       settings.replicas))
   replicas, record = train_replicas(
       settings, data, fn_args.train_files, tf_transform_output, tuned,
-      fn_args.model_run_dir)
+      fn_args.model_run_dir, seed=settings.seed)
   baseline, baseline_record = train(
       settings, data, tf_transform_output, tuned,
-      architecture=models.LOGISTIC_REGRESSION)
+      architecture=models.LOGISTIC_REGRESSION, seed=settings.seed)
   record.update(
       train_examples=data.train_examples,
       validation_examples=data.validation_examples,
