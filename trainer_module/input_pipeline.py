@@ -190,8 +190,9 @@ def _record_chunks(files: List[str], shuffle: bool = False,
   """Serialized records of ExampleGen's gzipped TFRecord `files`, in
   chunks of up to _RECORD_CHUNK records of one file, read from files in
   parallel (`shuffle`: in a file order shuffled with `seed`). The chunks
-  come in a fixed order, except shuffled without a seed: then in the
-  order they complete (docs/benchmark_data.md, deterministic reading).
+  come in a fixed order, so a seeded read is the same in every run; in
+  the order they complete, it was no faster (docs/benchmark_data.md,
+  seeded runs).
   """
   dataset = tf.data.Dataset.from_tensor_slices(files)
   if shuffle:
@@ -199,8 +200,7 @@ def _record_chunks(files: List[str], shuffle: bool = False,
   return dataset.interleave(
       lambda f: tf.data.TFRecordDataset(f, compression_type="GZIP").batch(
           _RECORD_CHUNK),
-      num_parallel_calls=tf.data.AUTOTUNE,
-      deterministic=not shuffle or seed is not None)
+      num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
 
 def split_stats(file_patterns: List[str], raw_spec: Mapping[str, Any],
@@ -254,11 +254,11 @@ def make_dataset(file_patterns: List[str],
   (one parse_example and one graph call per batch instead of one per
   record), and files are read in parallel in chunks (_record_chunks), so
   input is not the bottleneck. `seed` seeds the shuffles (None: a new
-  order every run, files read as they complete: _record_chunks).
+  order every run).
   `part` and `buckets` keep the train or validation part of the records,
   and a negative_sampling_rate below 1 keeps the records sampling keeps
-  (select_records: on the serialized bytes, in chunks of _RECORD_CHUNK,
-  before any parsing of the features); then the batches are
+  (select_records: on example_keys, in chunks of _RECORD_CHUNK, before
+  the batches are parsed and transformed); then the batches are
   (features, label, importance weight). `cache` keeps the selected
   serialized records in memory after the first full pass, so later passes
   (epochs, validations, the bias refit) neither read, decompress nor hash
@@ -395,6 +395,10 @@ def training_data(train_files: List[str],
   still cached on its own: else every validation and the bias refit would
   read the whole split again to find it.
   """
+  if seed is not None:
+    # tf.data pairs a shuffle's seed with TensorFlow's global seed: set it
+    # too, or the order would hang on what ran before in the process.
+    tf.random.set_seed(seed)
   rate = negative_sampling_rate
   stats = split_stats(train_files, tf_transform_output.raw_feature_spec(),
                       label, rate)

@@ -200,8 +200,8 @@ class TrainerSettings:
     push: one of PUSH_MODES: what the exported model serves with replicas.
     seed: seeds initialisation, the data order and every random op, and
       reads the files in a fixed order, so two runs on the same machine
-      give the same model (replica i: seed + i). None: unseeded, each
-      run its own model.
+      give the same model (replica i: seed + i). None: unseeded (replicas
+      still 0..N-1).
   """
   dataset: str
   model: str = DEFAULT_MODEL

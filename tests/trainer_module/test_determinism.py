@@ -1,0 +1,69 @@
+"""Seeded runs: the Trainer's run_fn twice with the same seed, on the same
+Transform output of generated rows read from several files, exports models
+that serve the same predictions (to 1e-6); another seed does not."""
+
+import os
+import types
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from components import transform
+from conftest import run_transform
+from conftest import split_records
+from trainer_module import contract
+from trainer_module import trainer
+from trainer_module.settings import ModelOptions
+from trainer_module.settings import TrainerSettings
+
+pytestmark = pytest.mark.slow
+
+# The train split in this many files: a shuffled read interleaves them.
+_FILES = 4
+
+
+@pytest.fixture(name="inputs", scope="module")
+def _inputs(criteo_examples, tmp_path_factory):
+  """(train files, Transform graph directory, eval records) of
+  criteo_examples."""
+  root = tmp_path_factory.mktemp("determinism")
+  records = split_records(criteo_examples, "train")
+  files = []
+  for index in range(_FILES):
+    files.append(str(root / f"train-{index}.gz"))
+    with tf.io.TFRecordWriter(files[-1], options="GZIP") as writer:
+      for record in records[index::_FILES]:
+        writer.write(record)
+  run_transform(transform.Executor, criteo_examples, root / "transform")
+  return files, str(root / "transform"), split_records(criteo_examples,
+                                                      "eval")
+
+
+def _served(inputs, seed, out_dir):
+  """run_fn with `seed`; the exported model's outputs on the eval split."""
+  files, output, eval_records = inputs
+  settings = TrainerSettings(
+      dataset="criteo", batch_size=128, epochs=2, seed=seed,
+      model_options=ModelOptions(embedding_dim=4, hidden_units=(16, 16)))
+  serving_dir = os.path.join(out_dir, "serving")
+  trainer.run_fn(types.SimpleNamespace(
+      custom_config=settings.to_custom_config(),
+      transform_output=output, hyperparameters=None, train_files=files,
+      model_run_dir=os.path.join(out_dir, "run"),
+      serving_model_dir=serving_dir))
+  serve = tf.saved_model.load(serving_dir).signatures["serving_default"]
+  return {k: v.numpy() for k, v in serve(
+      examples=tf.constant(eval_records)).items()}
+
+
+def test_same_seed_same_predictions_other_seed_other(inputs, tmp_path):
+  first = _served(inputs, 3, str(tmp_path / "a"))
+  again = _served(inputs, 3, str(tmp_path / "b"))
+  for name in (contract.PREDICTION_KEY, contract.LR_OUTPUT):
+    np.testing.assert_allclose(again[name], first[name], rtol=0, atol=1e-6,
+                               err_msg=name)
+  other = _served(inputs, 4, str(tmp_path / "c"))
+  assert np.abs(other[contract.PREDICTION_KEY] -
+                first[contract.PREDICTION_KEY]).max() > 1e-4
+
