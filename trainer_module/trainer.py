@@ -27,6 +27,7 @@ from trainer_module import contract
 from trainer_module import models
 from trainer_module import preprocessing
 from trainer_module import training
+from trainer_module.input_pipeline import release_memory
 from trainer_module.input_pipeline import TrainingData
 from trainer_module.input_pipeline import training_data
 from trainer_module.input_pipeline import training_part
@@ -207,6 +208,10 @@ def run_fn(fn_args) -> None:
       steps_per_epoch=steps_per_epoch(data.train_examples, batch_size),
       logistic_regression={k: baseline_record[k] for k in (
           "history", "epochs_run", "best_epoch", "best", "scaled")})
+  # Training is over: its record cache goes before the export and the
+  # Evaluator, which may run in this process.
+  del data
+  release_memory()
   export_serving_model(replicas, baseline, tf_transform_output, settings,
                        fn_args.serving_model_dir)
   for directory in (fn_args.model_run_dir, fn_args.serving_model_dir):
