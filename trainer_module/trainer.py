@@ -208,13 +208,13 @@ def run_fn(fn_args) -> None:
       steps_per_epoch=steps_per_epoch(data.train_examples, batch_size),
       logistic_regression={k: baseline_record[k] for k in (
           "history", "epochs_run", "best_epoch", "best", "scaled")})
-  # Training is over: its record cache goes before the export and the
-  # Evaluator, which may run in this process.
+  # Training is over: its record cache is freed for the export to reuse,
+  # then given back before the Evaluator, which may run in this process.
   del data
-  release_memory()
   export_serving_model(replicas, baseline, tf_transform_output, settings,
                        fn_args.serving_model_dir)
   for directory in (fn_args.model_run_dir, fn_args.serving_model_dir):
     with tf.io.gfile.GFile(os.path.join(directory, contract.TRAINING_RECORD),
                            "w") as f:
       json.dump(record, f, indent=2, sort_keys=True)
+  release_memory()
