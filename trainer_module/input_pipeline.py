@@ -75,7 +75,8 @@ def example_keys(serialized: tf.Tensor, raw_spec: Mapping[str, Any],
   example was serialized: a proto's map entries have no fixed order, and
   another writer (or version) may order them differently. The raw features
   are single-valued (ExampleGen's); an absent one counts as _ABSENT. One
-  parse of the chunk, ~1 us per Criteo record (docs/benchmark_data.md).
+  parse of the chunk: ~7 us per Criteo record, 30x hashing its bytes
+  (docs/benchmark_data.md, seeded runs).
   """
   names = sorted(raw_spec)
   parsed = tf.io.parse_example(serialized, {
@@ -192,9 +193,10 @@ def _record_chunks(files: List[str], shuffle: bool = False,
   """Serialized records of ExampleGen's gzipped TFRecord `files`, in
   chunks of up to _RECORD_CHUNK records of one file, read from files in
   parallel (`shuffle`: in a file order shuffled with `seed`). The chunks
-  come in a fixed order, so a seeded read is the same in every run; in
-  the order they complete, it was no faster (docs/benchmark_data.md,
-  seeded runs).
+  come in a fixed order, so a seeded read is the same in every run; only
+  an unseeded shuffled read, which promises no order, takes them as they
+  complete (a few percent faster at most: docs/benchmark_data.md, seeded
+  runs).
   """
   dataset = tf.data.Dataset.from_tensor_slices(files)
   if shuffle:
@@ -202,7 +204,8 @@ def _record_chunks(files: List[str], shuffle: bool = False,
   return dataset.interleave(
       lambda f: tf.data.TFRecordDataset(f, compression_type="GZIP").batch(
           _RECORD_CHUNK),
-      num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+      num_parallel_calls=tf.data.AUTOTUNE,
+      deterministic=not shuffle or seed is not None)
 
 
 def split_stats(file_patterns: List[str], raw_spec: Mapping[str, Any],
@@ -256,7 +259,7 @@ def make_dataset(file_patterns: List[str],
   (one parse_example and one graph call per batch instead of one per
   record), and files are read in parallel in chunks (_record_chunks), so
   input is not the bottleneck. `seed` seeds the shuffles (None: a new
-  order every run).
+  order every run, files read as they complete: _record_chunks).
   `part` and `buckets` keep the train or validation part of the records,
   and a negative_sampling_rate below 1 keeps the records sampling keeps
   (select_records: on example_keys, in chunks of _RECORD_CHUNK, before
