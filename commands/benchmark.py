@@ -204,7 +204,7 @@ def component_seconds(model: models.CTRModel, features: Mapping[str, object],
 
   @tf.function
   def optimizer():
-    gradients = model.table_gradients(features, data_gradients, no_clip)[0]
+    gradients = model.table_gradients(ids, data_gradients, no_clip)[0]
     model.embedding_optimizer.apply(gradients, tables)
     model.optimizer.apply(zero_dense, dense)
     return model.optimizer.iterations
@@ -417,6 +417,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       "a temporary directory; --stage data: "
                       f"{data_benchmark.DEFAULT_WORK_DIR})")
   parser.add_argument("--output", default=None, help="write a CSV here")
+  flags.add_distribution_arguments(parser)
 
 
 def main(args: argparse.Namespace) -> int:

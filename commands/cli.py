@@ -43,6 +43,7 @@ from commands import synthetic_profile
 from commands import tune
 from pipeline import config as config_lib
 from pipeline import runner
+from trainer_module import distribution
 
 
 # What a user can fix: a path, a file, a flag, the data (ValueError, the
@@ -184,6 +185,8 @@ def main(argv: Optional[List[str]] = None) -> int:
   if args.verbose or args.handler not in (_run, _tune):
     import_output.release(sys.stderr.buffer)
   try:
+    # Before anything initialises TensorFlow's devices.
+    distribution.configure_cpu_devices(getattr(args, "cpu_devices", 1))
     return args.handler(args)
   except Exception as error:  # pylint: disable=broad-except
     import_output.release(None)

@@ -189,6 +189,31 @@ def add_run_arguments(parser: argparse.ArgumentParser,
                       "machine serve the same predictions (default: "
                       "unseeded)")
   add_replica_arguments(parser)
+  add_distribution_arguments(parser, cpu_devices=local)
+
+
+def add_distribution_arguments(parser: argparse.ArgumentParser,
+                               cpu_devices: bool = True) -> None:
+  """--distribution and (not for compile-kubeflow) --cpu-devices: `run`,
+  `tune`, `study` and `benchmark`."""
+  group = parser.add_argument_group(
+      "devices", "data-parallel training: each step's batch is split over "
+      "the replicas and gives the one-device update (exact CowClip)")
+  group.add_argument("--distribution", default=settings.DEFAULT_DISTRIBUTION,
+                     choices=settings.DISTRIBUTIONS,
+                     help="auto (default): multi-worker when TF_CONFIG lists "
+                     "several workers, mirrored over all GPUs (or logical "
+                     "CPU devices) when there are several, else none")
+  if cpu_devices:
+    group.add_argument("--cpu-devices", type=int, default=1, metavar="N",
+                       help="split the CPU into N logical devices (mirrored "
+                       "training without GPUs; default 1)")
+
+
+def distribution_settings(args: argparse.Namespace) -> Dict[str, Any]:
+  """The distribution and cpu_devices settings of parsed flags."""
+  return {"distribution": args.distribution,
+          "cpu_devices": getattr(args, "cpu_devices", 1)}
 
 
 def add_replica_arguments(parser: argparse.ArgumentParser,
@@ -330,7 +355,7 @@ def config_from_args(args: argparse.Namespace) -> PipelineConfig:
       cowclip_variant=args.cowclip_variant, model_options=options,
       negative_sampling_rate=args.negative_sampling_rate,
       replicas=args.replicas, push=args.push, max_pd=args.max_pd,
-      seed=args.seed, **extra)
+      seed=args.seed, **distribution_settings(args), **extra)
 
 
 def _tuning_settings(args: argparse.Namespace) -> Dict[str, Any]:

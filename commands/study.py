@@ -410,6 +410,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
   flags.add_replica_arguments(parser, gate=False)
   flags.add_negative_sampling_argument(parser)
   flags.add_hparam_arguments(parser, "each rule maps it")
+  flags.add_distribution_arguments(parser)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -431,7 +432,8 @@ def main(args: argparse.Namespace) -> int:
                           negative_sampling_rate=args.negative_sampling_rate,
                           bias_constraints=args.bias_constraints,
                           bias_constraint_lr=args.bias_constraint_lr,
-                          replicas=args.replicas, push=args.push, **extra)
+                          replicas=args.replicas, push=args.push,
+                          **flags.distribution_settings(args), **extra)
   runs = study_runs(args.models, args.rules, args.batch_sizes, args.seeds,
                     args.ablation, args.replicas)
   rare, frequent = config.frequency_thresholds

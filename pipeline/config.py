@@ -136,6 +136,8 @@ class PipelineConfig:
     push: settings.PUSH_MODES: with replicas, serve their mean or replica 0.
     max_pd: the gate's bound on the replicas' Prediction Difference,
       overall slice (None: no check; needs replicas > 1).
+    distribution, cpu_devices: how training spreads over devices
+      (settings.TrainerSettings.distribution and cpu_devices).
     seed: the Trainer's and the Tuner's seed
       (settings.TrainerSettings.seed; None: unseeded).
   """
@@ -186,6 +188,8 @@ class PipelineConfig:
   replicas: int = 1
   push: str = settings.DEFAULT_PUSH
   max_pd: Optional[float] = None
+  distribution: str = settings.DEFAULT_DISTRIBUTION
+  cpu_devices: int = 1
   seed: Optional[int] = None
 
   def __post_init__(self):
@@ -328,7 +332,9 @@ class PipelineConfig:
         negative_sampling_rate=self.negative_sampling_rate,
         bias_constraints=tuple(self.bias_constraints),
         bias_constraint_lr=self.bias_constraint_lr,
-        replicas=self.replicas, push=self.push, seed=self.seed)
+        replicas=self.replicas, push=self.push,
+        distribution=self.distribution, cpu_devices=self.cpu_devices,
+        seed=self.seed)
 
   @functools.cached_property
   def tuning_settings(self) -> settings.TuningSettings:

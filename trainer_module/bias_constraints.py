@@ -44,6 +44,8 @@ from typing import Dict, List, Optional, Sequence
 
 import tensorflow as tf
 
+from trainer_module import distribution
+
 from trainer_module import settings
 
 # The reserved slice name of the predicted-CTR buckets.
@@ -72,20 +74,22 @@ def rank_buckets(logits: tf.Tensor, num_buckets: int = NUM_BUCKETS
 
 def bucket_residuals(labels: tf.Tensor, predictions: tf.Tensor,
                      buckets: tf.Tensor, num_buckets: int = NUM_BUCKETS,
-                     weights: Optional[tf.Tensor] = None) -> tf.Tensor:
+                     weights: Optional[tf.Tensor] = None,
+                     total: Optional[tf.Tensor] = None) -> tf.Tensor:
   """[num_buckets] r_k = (1/B) sum_{i in bucket k} (y_i - yhat_i).
 
   With importance weights (negative down-sampling), r_k = sum_k w_i (y_i -
   yhat_i) / sum_i w_i: the residuals of the unsampled data, as the weighted
-  log loss is its loss.
+  log loss is its loss. ``total``: B (or sum_i w_i) of the global batch when
+  these rows are one replica's share of it (None: these rows').
   """
   residual = tf.reshape(labels - predictions, [-1])
-  if weights is None:
-    total = tf.cast(tf.size(residual), residual.dtype)
-  else:
+  if weights is not None:
     weights = tf.reshape(tf.cast(weights, residual.dtype), [-1])
     residual *= weights
-    total = tf.reduce_sum(weights)
+  if total is None:
+    total = (tf.cast(tf.size(residual), residual.dtype) if weights is None
+             else tf.reduce_sum(weights))
   return tf.math.unsorted_segment_sum(residual, buckets, num_buckets) / total
 
 
@@ -94,6 +98,13 @@ def constraint_term(multipliers: tf.Tensor, residuals: tf.Tensor
   """sum_k lambda_k r_k: the Lagrangian term of one feature (the
   multipliers enter as constants: they ascend separately)."""
   return tf.reduce_sum(tf.stop_gradient(multipliers) * residuals)
+
+
+def _global_rank_buckets(logits: tf.Tensor) -> tf.Tensor:
+  """rank_buckets of this replica's logits within the global batch."""
+  logits = tf.reshape(tf.stop_gradient(logits), [-1])
+  (everyone,) = distribution.gather_batch([logits])
+  return distribution.local_rows(rank_buckets(everyone), tf.size(logits))
 
 
 class BiasConstraints:
@@ -110,25 +121,32 @@ class BiasConstraints:
       raise ValueError("BiasConstraints needs at least one feature")
     self.features = tuple(features)
     self.learning_rate = float(learning_rate)
+    # Every replica ascends with the global batch's residuals: one copy's
+    # update is the update (distribution.py).
     self.multipliers = {
-        name: tf.Variable(tf.zeros([NUM_BUCKETS]), trainable=False,
-                          name=f"bias_multipliers_{name}")
+        name: tf.Variable(
+            tf.zeros([NUM_BUCKETS]), trainable=False,
+            name=f"bias_multipliers_{name}",
+            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
         for name in self.features}
 
   def buckets(self, model, features, logits) -> Dict[str, tf.Tensor]:
-    """{feature: [batch] bucket} of a batch (model.field_ids for ids)."""
-    return {name: (rank_buckets(logits) if name == PREDICTED_CTR else
-                   id_buckets(model.field_ids(features, name)))
+    """{feature: [batch] bucket} of a batch (model.field_ids for ids; the
+    predicted-CTR rank is taken within the global batch when the batch is
+    split over replicas)."""
+    return {name: (_global_rank_buckets(logits) if name == PREDICTED_CTR
+                   else id_buckets(model.field_ids(features, name)))
             for name in self.features}
 
   def term(self, labels, logits, buckets: Dict[str, tf.Tensor],
-           weights: Optional[tf.Tensor] = None):
+           weights: Optional[tf.Tensor] = None,
+           total: Optional[tf.Tensor] = None):
     """(the summed Lagrangian term, {feature: residuals}) of a batch (its
-    importance weights, if any); differentiate the term w.r.t. the logits
-    inside the tape."""
+    importance weights, if any; ``total`` as in bucket_residuals);
+    differentiate the term w.r.t. the logits inside the tape."""
     predictions = tf.sigmoid(logits)
     residuals = {name: bucket_residuals(labels, predictions, buckets[name],
-                                        weights=weights)
+                                        weights=weights, total=total)
                  for name in self.features}
     return tf.add_n([constraint_term(self.multipliers[name], residuals[name])
                      for name in self.features]), residuals

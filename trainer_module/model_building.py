@@ -8,6 +8,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 import tensorflow_transform as tft
 
+from trainer_module import distribution
 from trainer_module import features
 from trainer_module import hparams
 from trainer_module import models
@@ -104,21 +105,31 @@ def build_and_compile(settings: TrainerSettings, tuned: Mapping[str, Any],
   vocab_sizes = {field: size * vocab_scale for field, size in
                  preprocessing.vocabulary_sizes(tf_transform_output,
                                                 spec).items()}
-  model = models.build_model(architecture, vocab_sizes, spec.dense, options)
-  rate = min(max(click_rate, 1e-6), 1 - 1e-6)
-  model.bias.assign([math.log(rate / (1 - rate))])
-  training.compile_model(model, training.TrainingConfig(
-      **record["scaled"],
-      steps_per_epoch=steps_per_epoch(train_examples, settings.batch_size),
-      cowclip=(settings.cowclip and
-               architecture != models.LOGISTIC_REGRESSION),
-      cowclip_variant=settings.cowclip_variant,
-      embedding_update=settings.embedding_update,
-      bias_constraints=(settings.bias_constraints if
-                        architecture != models.LOGISTIC_REGRESSION else ()),
-      bias_constraint_lr=settings.bias_constraint_lr))
+  # Variables made in the strategy's scope are mirrored over its replicas,
+  # and Keras' fit then splits each batch over them (distribution.py).
+  strategy = distribution.strategy(settings.distribution,
+                                   settings.cpu_devices)
+  distribution.check_batch_size(settings.batch_size,
+                                strategy.num_replicas_in_sync)
+  with strategy.scope():
+    model = models.build_model(architecture, vocab_sizes, spec.dense, options)
+    rate = min(max(click_rate, 1e-6), 1 - 1e-6)
+    model.bias.assign([math.log(rate / (1 - rate))])
+    training.compile_model(model, training.TrainingConfig(
+        **record["scaled"],
+        steps_per_epoch=steps_per_epoch(train_examples, settings.batch_size),
+        cowclip=(settings.cowclip and
+                 architecture != models.LOGISTIC_REGRESSION),
+        cowclip_variant=settings.cowclip_variant,
+        embedding_update=settings.embedding_update,
+        bias_constraints=(settings.bias_constraints if
+                          architecture != models.LOGISTIC_REGRESSION else ()),
+        bias_constraint_lr=settings.bias_constraint_lr))
   record.update(vocab_sizes=vocab_sizes, click_rate=click_rate,
-                model_options=dataclasses.asdict(options))
+                model_options=dataclasses.asdict(options),
+                distribution={"strategy": distribution.resolve(
+                                  settings.distribution),
+                              "replicas": strategy.num_replicas_in_sync})
   return model, record
 
 

@@ -321,6 +321,9 @@ class CTRModel(training.CowClipTrainer, keras.Model):
     if isinstance(self.interaction, (CrossNetwork, MatrixCrossNetwork)):
       self.interaction.build((None, self.deep_input_dim))
       deep_out += self.deep_input_dim
+    elif self.interaction is not None:  # The FM has no weights.
+      self.interaction.build((None, len(self.fields),
+                              self.options.embedding_dim))
     self.deep_logit.build((None, deep_out))
 
   def embedding_tables(self) -> List[Tuple[str, Optional[keras.Variable],

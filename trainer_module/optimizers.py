@@ -31,8 +31,19 @@ class LinearWarmup(keras.optimizers.schedules.LearningRateSchedule):
     return {"peak": self.peak, "warmup_steps": self.warmup_steps}
 
 
+class GlobalGradients:
+  """An optimizer given the GLOBAL batch's gradients, the same on every
+  replica: the training step sums the replicas' gradients itself
+  (distribution.py), so the optimizer must not sum them again. (Keras'
+  TensorFlow optimizers all-reduce by SUM, which would apply R times the
+  gradient, and gather IndexedSlices, applying a row once per replica.)"""
+
+  def _all_reduce_sum_gradients(self, grads_and_vars):
+    return list(grads_and_vars)
+
+
 @keras.saving.register_keras_serializable(package="cowclip_ctr")
-class FusedAdam(keras.optimizers.Adam):
+class FusedAdam(GlobalGradients, keras.optimizers.Adam):
   """Adam whose dense update is TensorFlow's fused ApplyAdam kernel.
 
   Keras 3's Adam makes ~8 element-wise passes (each op reads and writes a
@@ -68,7 +79,7 @@ def _resource(variable):
 
 
 @keras.saving.register_keras_serializable(package="cowclip_ctr")
-class LazyAdam(keras.optimizers.Adam):
+class LazyAdam(GlobalGradients, keras.optimizers.Adam):
   """Adam that updates only the rows of tf.IndexedSlices gradients.
 
   Keras 3's Adam densifies an IndexedSlices gradient (``gradient - m``), so

@@ -64,6 +64,10 @@ DEFAULT_BIAS_CONSTRAINT_LR = 1.0
 # or replica 0 alone.
 PUSH_MODES = ("ensemble", "single")
 DEFAULT_PUSH = "ensemble"
+# How training spreads over devices and machines (distribution.py's module
+# doc): auto picks from the GPUs, the logical CPU devices and TF_CONFIG.
+DISTRIBUTIONS = ("auto", "none", "mirrored", "multi-worker")
+DEFAULT_DISTRIBUTION = "auto"
 # Negative down-sampling keeps this share of the train split's non-clicks
 # (TrainerSettings.negative_sampling_rate); 1: all of them, no sampling.
 DEFAULT_NEGATIVE_SAMPLING_RATE = 1.0
@@ -198,6 +202,10 @@ class TrainerSettings:
       seed (initialisation and data order); their Prediction Difference
       measures reproducibility (Anil et al. 2022, section 5).
     push: one of PUSH_MODES: what the exported model serves with replicas.
+    distribution: one of DISTRIBUTIONS: how training spreads over devices
+      and machines (distribution.py); the result is the same update.
+    cpu_devices: split the CPU into this many logical devices (a mirrored
+      run without GPUs: the same path, tested and benchmarked); 1: whole.
     seed: seeds initialisation, the data order and every random op, and
       reads the files in a fixed order, so two runs on the same machine
       give the same model (replica i: seed + i). None: unseeded (replicas
@@ -223,6 +231,8 @@ class TrainerSettings:
   bias_constraint_lr: float = DEFAULT_BIAS_CONSTRAINT_LR
   replicas: int = 1
   push: str = DEFAULT_PUSH
+  distribution: str = DEFAULT_DISTRIBUTION
+  cpu_devices: int = 1
   seed: Optional[int] = None
 
   def __post_init__(self):
@@ -246,8 +256,9 @@ class TrainerSettings:
                   EMBEDDING_UPDATES)
     _check_choice("CowClip variant", self.cowclip_variant, COWCLIP_VARIANTS)
     _check_choice("push", self.push, PUSH_MODES)
+    _check_choice("distribution", self.distribution, DISTRIBUTIONS)
     for name in ("batch_size", "epochs", "base_batch_size",
-                 "reference_examples", "replicas"):
+                 "reference_examples", "replicas", "cpu_devices"):
       check_positive_int(name, getattr(self, name))
     unknown = sorted(set(self.auto_hparams) - set(scaling.AUTO_KEYS))
     if unknown:

@@ -47,15 +47,16 @@ CowClip paper and its reference implementation (bytedance/LargeBatchCTR) do:
 * A non-finite loss raises NonFiniteLossError during fit (a guard callback
   CTRModel.fit always adds), rather than exporting a broken model.
 
-XLA (``jit_compile``, default None = decide): the dense update compiles
+XLA (``jit_compile``, default off, on a GPU too): the dense update compiles
 (tf.unique of the batch's ids has a bounded dynamic shape) and XLA fuses its
 [V, d]-wide L2, clip and Adam element-wise work, but on CPU XLA runs those
 fused loops on one thread while TensorFlow's kernels use every core.
 Measured here (DeepFM, Criteo-like 26 fields / 537k rows, 2 shared
 cores): XLA cut CPU time per step by 10-15% but was no faster in wall time
 (batch 8192: 206-234 vs 172-203 ms per step over two runs; batch 1024
-with CowClip: slower). So None means XLA for the dense update only when a
-GPU is present (as Keras' own "auto"); the sparse update uses tf.unique
+with CowClip: slower). On a GPU XLA has never compiled, run or been timed
+(only its kernels are checked: tests/trainer_module/test_gpu_kernels.py),
+so it runs only when asked for; the sparse update uses tf.unique
 (batch-dependent shapes), which XLA cannot compile at all.
 """
 
@@ -70,6 +71,7 @@ import tensorflow as tf
 
 from trainer_module import bias_constraints as bias_constraints_lib
 from trainer_module import cowclip
+from trainer_module import distribution
 from trainer_module import hparams
 from trainer_module import optimizers
 from trainer_module import settings
@@ -95,8 +97,8 @@ class TrainingConfig:
     cowclip: clip the deep embedding gradients with CowClip.
     cowclip_variant: threshold formula, one of settings.COWCLIP_VARIANTS.
     embedding_update: "dense" (the reference) or "sparse", see module doc.
-    jit_compile: XLA for the train and test steps; None: XLA for the dense
-      update on a GPU only (see module doc).
+    jit_compile: XLA for the train and test steps; off by default, on a
+      GPU too: that path is kernel-checked only (see module doc).
     bias_constraints: slice features whose per-bucket calibration bias the
       objective constrains (bias_constraints.py); () for none.
     bias_constraint_lr: gradient-ascent step of their multipliers.
@@ -111,7 +113,7 @@ class TrainingConfig:
   cowclip: bool = True
   cowclip_variant: str = settings.DEFAULT_COWCLIP_VARIANT
   embedding_update: str = settings.DEFAULT_EMBEDDING_UPDATE
-  jit_compile: Optional[bool] = None
+  jit_compile: bool = False
   bias_constraints: Tuple[str, ...] = ()
   bias_constraint_lr: float = settings.DEFAULT_BIAS_CONSTRAINT_LR
 
@@ -270,6 +272,14 @@ class CowClipTrainer:
       callbacks.append(NonFiniteLossGuard())
     return super().fit(*args, callbacks=callbacks, **kwargs)
 
+  def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+    """Nothing to build: the model is built when made and compile_model
+    builds the optimizers. (Under a tf.distribute strategy Keras would
+    build from the first batch reduced over the replicas: the ids averaged
+    into floats by MirroredStrategy, and a failure under
+    MultiWorkerMirroredStrategy.)"""
+    del iterator, data_batch
+
   def _config(self) -> TrainingConfig:
     if self.training_config is None:
       raise RuntimeError(f"model {self.name!r} was not compiled for CowClip "
@@ -291,21 +301,27 @@ class CowClipTrainer:
     return (features, tf.reshape(tf.cast(labels, tf.float32), [-1, 1]),
             sample_weight)
 
-  def _l2_penalty(self, features, config: TrainingConfig):
-    """l2 * sum(W^2) over the tables (dense) or the batch's rows (sparse)."""
+  def _l2_penalty(self, field_ids, config: TrainingConfig):
+    """l2 * sum(W^2) over the tables (dense) or the rows of the batch's ids
+    (sparse; ``field_ids`` in embedding_tables' field order)."""
     squares = []
-    for field, deep, wide in self.embedding_tables():
+    for ids, (_, deep, wide) in zip(field_ids, self.embedding_tables()):
       present = [t for t in (deep, wide) if t is not None]
       if config.embedding_update == "dense":
         squares += [tf.reduce_sum(tf.square(t)) for t in present]
       else:
-        rows, _ = tf.unique(self.field_ids(features, field))
+        rows, _ = tf.unique(ids)
         squares += [tf.reduce_sum(tf.square(tf.gather(t, rows)))
                     for t in present]
     return config.l2 * tf.add_n(squares)
 
-  def table_gradients(self, features, data_gradients, config, weights=None):
+  def table_gradients(self, field_ids, data_gradients, config, weights=None):
     """Gradients of the tables (data loss + L2, CowClip) and the L2 term.
+
+    ``field_ids``: each field's [batch] ids (embedding_tables' order);
+    ``data_gradients``: the tables' data-loss gradients, IndexedSlices with
+    one slice per example in the order of its field's ids (an embedding
+    lookup's gradient), or dense [V, d] tensors.
 
     One row per distinct id of the batch: each field's ids are deduplicated
     once (its deep and wide tables share them), the data gradient's slices
@@ -329,8 +345,8 @@ class CowClipTrainer:
     gradients, squares, clipped, batch_ids = [], [], [], []
     occurrences = None if weights is None else tf.reshape(weights, [-1])
     data_gradients = iter(data_gradients)  # In split_variables' order.
-    for field, deep, wide in self.embedding_tables():
-      rows, position = tf.unique(self.field_ids(features, field))
+    for ids, (_, deep, wide) in zip(field_ids, self.embedding_tables()):
+      rows, position = tf.unique(ids)
       distinct = tf.size(rows)
       for table, clip in ((deep, config.cowclip), (wide, False)):
         if table is None:  # The logistic regression has no deep tables.
@@ -338,7 +354,6 @@ class CowClipTrainer:
         data_gradient = next(data_gradients)
         weights = tf.gather(table, rows)
         if isinstance(data_gradient, tf.IndexedSlices):
-          # The lookup's slices are in the order of the field's ids.
           grad_rows = tf.math.unsorted_segment_sum(
               data_gradient.values, position, distinct)
         else:
@@ -365,9 +380,34 @@ class CowClipTrainer:
                                             tf.shape(table, out_type=rows.dtype)))
     return gradients, config.l2 * tf.add_n(squares), clipped, batch_ids
 
+  def _global_table_gradients(self, field_ids, gradients, weights):
+    """The global batch's ids, table data gradients and importance weights
+    (distribution.gather_batch; one device: as given).
+
+    A slice gradient is gathered (its slices follow its field's ids, so
+    both are gathered in the same replica order); a dense one is summed
+    over the replicas.
+    """
+    slices = [g for g in gradients if isinstance(g, tf.IndexedSlices)]
+    dense = iter(distribution.global_sum(
+        [g for g in gradients if not isinstance(g, tf.IndexedSlices)]))
+    gathered = distribution.gather_batch(
+        [*field_ids, weights, *(g.values for g in slices),
+         *(g.indices for g in slices)])
+    count = len(field_ids)
+    values = iter(gathered[count + 1:count + 1 + len(slices)])
+    indices = iter(gathered[count + 1 + len(slices):])
+    gradients = [tf.IndexedSlices(next(values), next(indices), g.dense_shape)
+                 if isinstance(g, tf.IndexedSlices) else next(dense)
+                 for g in gradients]
+    return gathered[:count], gradients, gathered[count]
+
   def _update_metrics(self, labels, logits, logloss, loss, weights=None):
-    """Updates loss, logloss and auc (weighted by the importance weights,
-    if any); returns them for the logs."""
+    """Updates loss, logloss and auc with the GLOBAL batch (the replicas'
+    labels, logits and weights gathered; weighted by the importance
+    weights, if any); returns them for the logs."""
+    labels, logits, weights = distribution.gather_batch(
+        [labels, tf.stop_gradient(logits), weights])
     batch = (tf.shape(labels)[0] if weights is None
              else tf.reduce_sum(weights))
     self.loss_tracker.update_state(loss, sample_weight=batch)
@@ -377,44 +417,60 @@ class CowClipTrainer:
             for m in (self.loss_tracker, self.logloss_tracker, self.auc)}
 
   def train_step(self, data):
+    """One update on the global batch, whether it runs on one device or is
+    split over replicas (distribution.py: the same update either way)."""
     config = self._config()
     features, labels, weights = self._features_and_labels(data)
     tables, dense = self.split_variables()
+    total = distribution.global_sum(_total_weight(labels, weights))
     with tf.GradientTape() as tape:
       logits = self(features, training=True)
-      logloss = _mean_log_loss(labels, logits, weights)
+      logloss = _summed_log_loss(labels, logits, weights) / total
       objective = logloss
       if self.bias_constraints is not None:
         constraint, residuals = self.bias_constraints.term(
             labels, logits,
-            self.bias_constraints.buckets(self, features, logits), weights)
+            self.bias_constraints.buckets(self, features, logits), weights,
+            total)
         objective = logloss + constraint
     # The L2 term's gradient (2 * l2 * W) is added per row, not taped.
     gradients = tape.gradient(objective, tables + dense)
     if self.bias_constraints is not None:
-      self.bias_constraints.ascend(residuals)
+      self.bias_constraints.ascend(distribution.global_sum(residuals))
+    field_ids, table_data_gradients, global_weights = (
+        self._global_table_gradients(
+            [self.field_ids(features, field) for field, _, _ in
+             self.embedding_tables()], gradients[:len(tables)], weights))
     table_gradients, l2_term, clipped, batch_ids = self.table_gradients(
-        features, gradients[:len(tables)], config, weights)
+        field_ids, table_data_gradients, config, global_weights)
     if config.cowclip:
       batch_ids = tf.cast(tf.add_n(batch_ids), tf.float32)
       self.clipped_tracker.update_state(
           tf.cast(tf.add_n(clipped), tf.float32) / batch_ids,
           sample_weight=batch_ids)
     self.embedding_optimizer.apply(table_gradients, tables)
-    self.optimizer.apply(gradients[len(tables):], dense)
+    self.optimizer.apply(distribution.global_sum(gradients[len(tables):]),
+                         dense)
+    logloss = distribution.global_sum(logloss)
     logs = self._update_metrics(labels, logits, logloss, logloss + l2_term,
                                 weights)
     if config.cowclip:
       logs["clipped_fraction"] = self.clipped_tracker.result()
-    return logs
+    return distribution.replica_logs(logs)
 
   def test_step(self, data):
     config = self._config()
     features, labels, weights = self._features_and_labels(data)
     logits = self(features, training=False)
-    logloss = _mean_log_loss(labels, logits, weights)
-    loss = logloss + self._l2_penalty(features, config)
-    return self._update_metrics(labels, logits, logloss, loss, weights)
+    total = distribution.global_sum(_total_weight(labels, weights))
+    logloss = distribution.global_sum(
+        _summed_log_loss(labels, logits, weights) / total)
+    field_ids = distribution.gather_batch(
+        [self.field_ids(features, field) for field, _, _ in
+         self.embedding_tables()])
+    loss = logloss + self._l2_penalty(field_ids, config)
+    return distribution.replica_logs(
+        self._update_metrics(labels, logits, logloss, loss, weights))
 
   def _trackable_children(self, save_type="checkpoint", **kwargs):
     children = super()._trackable_children(save_type, **kwargs)
@@ -426,14 +482,22 @@ class CowClipTrainer:
     return children
 
 
-def _mean_log_loss(labels, logits, weights=None):
-  """The batch mean of the cross-entropy; with importance weights the
-  weighted mean sum(w l) / sum(w)."""
+def _total_weight(labels, weights=None):
+  """The batch's examples, or the sum of their importance weights: what
+  the loss is averaged over."""
+  if weights is None:
+    return tf.cast(tf.shape(labels)[0], tf.float32)
+  return tf.reduce_sum(weights)
+
+
+def _summed_log_loss(labels, logits, weights=None):
+  """The batch's summed cross-entropy (importance-weighted: sum(w l)); over
+  _total_weight of the GLOBAL batch, the mean log loss."""
   losses = tf.nn.sigmoid_cross_entropy_with_logits(labels=labels,
                                                    logits=logits)
   if weights is None:
-    return tf.reduce_mean(losses)
-  return tf.reduce_sum(weights * losses) / tf.reduce_sum(weights)
+    return tf.reduce_sum(losses)
+  return tf.reduce_sum(weights * losses)
 
 
 def compile_model(model: CowClipTrainer, config: TrainingConfig) -> None:
@@ -444,7 +508,10 @@ def compile_model(model: CowClipTrainer, config: TrainingConfig) -> None:
   slots for variables another optimizer updates), and compiles the model
   with the dense one as ``model.optimizer`` (so Keras callbacks that read
   ``optimizer.iterations``/``learning_rate`` see the step count and the
-  warmup).
+  warmup). XLA only with ``config.jit_compile``, never Keras' "auto" (XLA
+  whenever a GPU is present): an XLA_GPU_JIT kernel says an op lowers to
+  XLA, not that XLA's GPU compiler builds the step, and XLA has never run
+  on a GPU (see module doc).
   """
   if not isinstance(model, CowClipTrainer):
     raise TypeError(f"compile_model needs a models.CTRModel, got "
@@ -467,11 +534,7 @@ def compile_model(model: CowClipTrainer, config: TrainingConfig) -> None:
                                             config.warmup_steps),
       name="dense_adam")
   dense_optimizer.build(dense)
-  jit_compile = config.jit_compile
-  if jit_compile is None:
-    jit_compile = (config.embedding_update == "dense" and
-                   bool(tf.config.list_physical_devices("GPU")))
-  model.compile(optimizer=dense_optimizer, jit_compile=jit_compile)
+  model.compile(optimizer=dense_optimizer, jit_compile=config.jit_compile)
   model.embedding_optimizer = embedding_optimizer
   model.training_config = config
   model.bias_constraints = (bias_constraints_lib.BiasConstraints(

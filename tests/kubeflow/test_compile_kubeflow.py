@@ -5,6 +5,7 @@ the way the KFP API server reads it.
 """
 
 import argparse
+import json
 import os
 import re
 import shlex
@@ -164,12 +165,35 @@ def test_every_task_runs_the_image(spec):
         "tfx.orchestration.kubeflow.v2.container.kubeflow_v2_run_executor"]
 
 
+def pod_limits(spec: Dict, task: str) -> Dict[str, int]:
+  """The accelerator limits KFP v2's driver puts on ``task``'s pod
+  (backend/src/v2/driver/driver.go, 2.0 to 2.17: resourceType and
+  resourceCount if set, else type and a positive count)."""
+  accelerator = container(spec, task).get("resources", {}).get(
+      "accelerator", {})
+  kind = accelerator.get("resourceType") or accelerator.get("type")
+  count = int(accelerator.get("resourceCount") or accelerator.get("count")
+              or 0)
+  return {kind: count} if kind and count > 0 else {}
+
+
 def test_trainer_requests_the_gpus(spec):
-  accelerator = container(spec, "Trainer")["resources"]["accelerator"]
-  assert accelerator["type"] == config_lib.DEFAULT_ACCELERATOR
-  assert int(accelerator["count"]) == 1
+  assert pod_limits(spec, "Trainer") == {config_lib.DEFAULT_ACCELERATOR: 1}
   assert all("resources" not in container(spec, name)
              for name in CONTAINERS - {"Trainer"})
+
+
+def test_gpus_n_requests_n_gpus_on_the_trainer_and_the_tuner_only(tmp_path):
+  """The Tuner's trials train the same model as the Trainer, which uses
+  every GPU it sees (--distribution auto, the default)."""
+  spec = compile_to(str(tmp_path / "s.yaml"),
+                    [*ARGS, "--gpus", "4", "--tune", "--trials", "2"])
+  assert pod_limits(spec, "Trainer") == {"nvidia.com/gpu": 4}
+  assert json.loads(parameter(spec, "Trainer", "custom_config"))[
+      "distribution"] == "auto"
+  assert pod_limits(spec, "CtrTuner") == {"nvidia.com/gpu": 4}
+  for name in set(tasks(spec)) - {"Trainer", "CtrTuner"}:
+    assert "resources" not in container(spec, name), name
 
 
 def test_beam_components_get_the_runner_arguments(spec):
