@@ -55,7 +55,7 @@ CACHE_ROW_OVERHEAD = 128
 # The default of the readers' negative_sampling_rate: keep every record.
 NO_SAMPLING = settings.DEFAULT_NEGATIVE_SAMPLING_RATE
 # What an absent feature counts as in example_keys (ExampleGen leaves out
-# an empty field): values no CSV field parses to.
+# an empty field): values no real field holds in practice.
 _ABSENT = {tf.int64: -2**63, tf.string: b"\x00absent"}
 
 
