@@ -1,20 +1,25 @@
 """Seeded runs: the Trainer's run_fn twice with the same seed, on the same
 Transform output of generated rows read from several files, exports models
-that serve the same predictions (to 1e-6); another seed does not."""
+that serve the same predictions (to 1e-6); another seed does not. Also the
+seeded Tuner's trials, and the training cache's release."""
 
 import os
 import types
 import weakref
 
+import keras_tuner
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_transform as tft
 
 from components import transform
 from conftest import run_transform
 from conftest import split_records
 from trainer_module import contract
+from trainer_module import input_pipeline
 from trainer_module import trainer
+from trainer_module import tuner
 from trainer_module.settings import ModelOptions
 from trainer_module.settings import TrainerSettings
 
@@ -92,3 +97,26 @@ def test_run_fn_lets_the_training_cache_go_before_the_export(
   monkeypatch.setattr(trainer, "export_serving_model", export)
   _served(inputs, 3, str(tmp_path))
   assert alive_at_export == [False, False]
+
+
+def test_seeded_tuner_trials_start_from_the_same_model(inputs):
+  """With settings.seed, every trial's model is built from the same
+  initialisation (CtrHyperModel.build seeds), whatever ran before."""
+  files, output, _ = inputs
+  settings = TrainerSettings(
+      dataset="criteo", batch_size=128, epochs=1, seed=3,
+      model_options=ModelOptions(embedding_dim=4, hidden_units=(16,)))
+  transform_output = tft.TFTransformOutput(output)
+  data = input_pipeline.training_data(files, transform_output, "label", 128,
+                                      seed=settings.seed)
+  hypermodel = tuner.CtrHyperModel(
+      settings, tuner.search_space("criteo",
+                                   model_options=settings.model_options),
+      transform_output, data)
+  hp = keras_tuner.HyperParameters()
+  hypermodel.declare_hyperparameters(hp)
+  first, second = ([w.numpy() for w in hypermodel.build(hp).weights]
+                   for _ in range(2))
+  assert len(first) == len(second) > 0
+  for a, b in zip(first, second):
+    np.testing.assert_array_equal(a, b)
