@@ -182,6 +182,12 @@ def add_run_arguments(parser: argparse.ArgumentParser,
                       "(repeatable), e.g. --beam-arg=--direct_num_workers=2")
   add_hparam_arguments(parser, "the scaling rule maps it")
   _add_tuning_arguments(parser)
+  parser.add_argument("--seed", type=int, default=None,
+                      help="seed the Trainer and the Tuner (initialisation, "
+                      "data order, random ops; files read in a fixed "
+                      "order): two runs with the same seed on the same "
+                      "machine serve the same predictions (default: "
+                      "unseeded)")
   add_replica_arguments(parser)
   add_distribution_arguments(parser, cpu_devices=local)
 
@@ -349,7 +355,7 @@ def config_from_args(args: argparse.Namespace) -> PipelineConfig:
       cowclip_variant=args.cowclip_variant, model_options=options,
       negative_sampling_rate=args.negative_sampling_rate,
       replicas=args.replicas, push=args.push, max_pd=args.max_pd,
-      **distribution_settings(args), **extra)
+      seed=args.seed, **distribution_settings(args), **extra)
 
 
 def _tuning_settings(args: argparse.Namespace) -> Dict[str, Any]:

@@ -348,6 +348,8 @@ def run_study(config: PipelineConfig, runs: Sequence[StudyRun],
     if row is None:
       print(f"study: run {i}/{len(todo)}: {run.key}", flush=True)
       row = train_and_evaluate(run, setup)
+      # The run's record cache goes before the next run fills its own.
+      input_pipeline.release_memory()
     else:
       print(f"study: run {i}/{len(todo)}: {run.key} trains exactly as a "
             "finished run: its results are reused", flush=True)

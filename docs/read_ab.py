@@ -13,6 +13,7 @@ docs/data_ab.py transform's OUT/graph).
 """
 
 import glob
+import inspect
 import os
 import resource
 import sys
@@ -36,13 +37,21 @@ def _timed(name: str, run, rows=lambda result: result):
   return result
 
 
+def _split_stats(files, output):
+  """split_stats of the code on PYTHONPATH: keyed on the examples' values
+  (the raw spec given), or, before example_keys, on their bytes."""
+  if "raw_spec" in inspect.signature(input_pipeline.split_stats).parameters:
+    return input_pipeline.split_stats(files, output.raw_feature_spec(),
+                                      "label")
+  return input_pipeline.split_stats(files, "label")
+
+
 def main(examples: str, graph: str, interleave: bool) -> None:
   files = [os.path.join(examples, "Split-train", "*.gz")]
-  stats = _timed("split_stats",
-                 lambda: input_pipeline.split_stats(files, "label"),
+  output = tft.TFTransformOutput(graph)
+  stats = _timed("split_stats", lambda: _split_stats(files, output),
                  lambda stats: int(stats.records.sum()))
   buckets = input_pipeline.validation_buckets(int(stats.records.sum()))
-  output = tft.TFTransformOutput(graph)
   _timed("validation slice", lambda: sum(
       int(labels.shape[0]) for _, labels in input_pipeline.make_dataset(
           files, output, "label", 16384, shuffle=False, part="validation",

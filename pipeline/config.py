@@ -138,6 +138,8 @@ class PipelineConfig:
       overall slice (None: no check; needs replicas > 1).
     distribution, cpu_devices: how training spreads over devices
       (settings.TrainerSettings.distribution and cpu_devices).
+    seed: the Trainer's and the Tuner's seed
+      (settings.TrainerSettings.seed; None: unseeded).
   """
   dataset: str
   data: str
@@ -188,6 +190,7 @@ class PipelineConfig:
   max_pd: Optional[float] = None
   distribution: str = settings.DEFAULT_DISTRIBUTION
   cpu_devices: int = 1
+  seed: Optional[int] = None
 
   def __post_init__(self):
     features.get_spec(self.dataset)  # Fails early on an unknown dataset.
@@ -330,7 +333,8 @@ class PipelineConfig:
         bias_constraints=tuple(self.bias_constraints),
         bias_constraint_lr=self.bias_constraint_lr,
         replicas=self.replicas, push=self.push,
-        distribution=self.distribution, cpu_devices=self.cpu_devices)
+        distribution=self.distribution, cpu_devices=self.cpu_devices,
+        seed=self.seed)
 
   @functools.cached_property
   def tuning_settings(self) -> settings.TuningSettings:

@@ -1,6 +1,9 @@
 """Test-wide setup: Keras 3, as every entry point decides (keras_version);
 fixtures several rooms' tests share."""
 
+import json
+import os
+
 import pytest
 
 from trainer_module import keras_version
@@ -33,10 +36,37 @@ def criteo_examples(tmp_path_factory):
   return artifact
 
 
+CRITEO_SCHEMA_DIR = os.path.join(os.path.dirname(__file__), "..", "schema",
+                                 "criteo")
+
+
+def run_transform(executor_class, examples, out_dir):
+  """A Transform executor's Do on Criteo `examples` with the pipeline's
+  Transform settings (vocabulary threshold 2); returns the graph's
+  TFTransformOutput."""
+  # pylint: disable=g-import-not-at-top
+  import tensorflow_transform as tft
+  from tfx.types import standard_artifacts
+  from tfx.types import standard_component_specs as specs
+  # pylint: enable=g-import-not-at-top
+  schema = standard_artifacts.Schema()
+  schema.uri = CRITEO_SCHEMA_DIR
+  graph = standard_artifacts.TransformGraph()
+  graph.uri = str(out_dir)
+  executor_class().Do(
+      {specs.EXAMPLES_KEY: [examples], specs.SCHEMA_KEY: [schema]},
+      {specs.TRANSFORM_GRAPH_KEY: [graph]},
+      {specs.PREPROCESSING_FN_KEY:
+           "trainer_module.preprocessing.preprocessing_fn",
+       specs.CUSTOM_CONFIG_KEY: json.dumps({"dataset": "criteo",
+                                            "min_frequency": 2}),
+       specs.DISABLE_STATISTICS_KEY: 1})
+  return tft.TFTransformOutput(graph.uri)
+
+
 def split_records(examples, split: str) -> list:
   """The serialized records of one split of an Examples artifact."""
   import glob  # pylint: disable=g-import-not-at-top
-  import os  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   files = sorted(glob.glob(os.path.join(examples.uri, f"Split-{split}",
                                         "*.gz")))
@@ -47,7 +77,6 @@ def split_records(examples, split: str) -> list:
 def run_command(*args) -> tuple:
   """`python -m pipeline ARGS` in a subprocess, as a user runs it:
   (exit code, stdout, stderr)."""
-  import os  # pylint: disable=g-import-not-at-top
   import subprocess  # pylint: disable=g-import-not-at-top
   import sys  # pylint: disable=g-import-not-at-top
   done = subprocess.run(

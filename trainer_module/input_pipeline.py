@@ -1,6 +1,9 @@
 """The Trainer's input: the train split carved into the training part and
 the validation slice, negative sampling, and the tf.data pipeline.
 
+Both the carve and the sampling hash each example's parsed values
+(example_keys), not its serialized bytes: the same example encoded
+differently (another feature order, another writer) keeps its side.
 One pass counts the split per hash bucket of its records (split_stats);
 the same carve (in_part) and the same sampling (kept_by_sampling) then
 select the records that are read (select_records), so the counts that set
@@ -8,8 +11,10 @@ the steps per epoch, the warmup, the auto hyperparameters and the bias
 initialisation are those of the data trained on.
 """
 
+import ctypes
 import dataclasses
-from typing import Any, Dict, List, Mapping, Tuple
+import gc
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from absl import logging
 import numpy as np
@@ -20,17 +25,17 @@ import tensorflow_transform as tft
 from trainer_module import settings
 
 # The validation slice of early stopping: records of the TRAIN split whose
-# hash (of the serialized record) falls in the first buckets of
-# VALIDATION_BUCKETS. The eval split stays unseen until the Evaluator.
+# key (example_keys) falls in the first buckets of VALIDATION_BUCKETS. The
+# eval split stays unseen until the Evaluator.
 VALIDATION_BUCKETS = 1000
 # Share of the train split held out for validation, capped at
 # MAX_VALIDATION_EXAMPLES: enough for a stable log loss, and cheap to score
 # every epoch on big data.
 VALIDATION_FRACTION = 0.1
 MAX_VALIDATION_EXAMPLES = 200_000
-# Negative down-sampling: a keyed SipHash of the serialized record in
-# SAMPLING_BUCKETS buckets decides which non-clicks are kept. Keyed, so it is
-# independent of the validation slice's fingerprint (the same hash would keep
+# Negative down-sampling: a keyed SipHash of the record's key (example_keys)
+# in SAMPLING_BUCKETS buckets decides which non-clicks are kept. Keyed, so it
+# is independent of the validation slice's buckets (the same hash would keep
 # the non-clicks of the buckets next to the slice's).
 SAMPLING_BUCKETS = 1_000_000
 SAMPLING_KEY = (0x5EED, 0xC11C)
@@ -49,6 +54,9 @@ CACHE_MEMORY_SHARE = 0.25
 CACHE_ROW_OVERHEAD = 128
 # The default of the readers' negative_sampling_rate: keep every record.
 NO_SAMPLING = settings.DEFAULT_NEGATIVE_SAMPLING_RATE
+# What an absent feature counts as in example_keys (ExampleGen leaves out
+# an empty field): values no real field holds in practice.
+_ABSENT = {tf.int64: -2**63, tf.string: b"\x00absent"}
 
 
 def validation_buckets(train_split_examples: int) -> int:
@@ -59,20 +67,34 @@ def validation_buckets(train_split_examples: int) -> int:
   return max(1, int(share * VALIDATION_BUCKETS))
 
 
-def _parse_labels(serialized, label):
-  """float32 labels of raw examples (ExampleGen's: an int every row has)."""
-  return tf.cast(tf.io.parse_example(
-      serialized, {label: tf.io.FixedLenFeature([], tf.int64)})[label],
-                 tf.float32)
+def example_keys(serialized: tf.Tensor, raw_spec: Mapping[str, Any],
+                 label: str) -> Tuple[tf.Tensor, tf.Tensor]:
+  """(key, float32 label) of each serialized raw example. The key
+  (int64) is a fingerprint of its raw features' values, in the order of
+  their names (tf.sparse.cross_hashed), so it does not depend on how the
+  example was serialized: a proto's map entries have no fixed order, and
+  another writer (or version) may order them differently. The raw features
+  are single-valued (ExampleGen's); an absent one counts as _ABSENT. One
+  parse of the chunk: ~7 us per Criteo record, 30x hashing its bytes
+  (docs/benchmark_data.md, seeded runs).
+  """
+  names = sorted(raw_spec)
+  parsed = tf.io.parse_example(serialized, {
+      name: tf.io.FixedLenFeature([1], raw_spec[name].dtype,
+                                  _ABSENT[raw_spec[name].dtype])
+      for name in names})
+  keys = tf.sparse.cross_hashed([parsed[name] for name in names]).values
+  return keys, tf.cast(tf.reshape(parsed[label], [-1]), tf.float32)
 
 
-def kept_by_sampling(serialized: tf.Tensor, labels: tf.Tensor,
+def kept_by_sampling(keys: tf.Tensor, labels: tf.Tensor,
                      rate: float) -> tf.Tensor:
-  """Whether negative down-sampling at `rate` keeps these records: every
-  click, and the non-clicks whose keyed hash falls in the first
-  round(rate * SAMPLING_BUCKETS) buckets (the same records in every run)."""
-  buckets = tf.strings.to_hash_bucket_strong(serialized, SAMPLING_BUCKETS,
-                                             SAMPLING_KEY)
+  """Whether negative down-sampling at `rate` keeps the records of these
+  example_keys: every click, and the non-clicks whose keyed hash falls in
+  the first round(rate * SAMPLING_BUCKETS) buckets (the same records in
+  every run)."""
+  buckets = tf.strings.to_hash_bucket_strong(
+      tf.strings.as_string(keys), SAMPLING_BUCKETS, SAMPLING_KEY)
   return (tf.reshape(labels, [-1]) > 0.5) | (
       buckets < round(rate * SAMPLING_BUCKETS))
 
@@ -86,15 +108,15 @@ def importance_weights(labels: tf.Tensor, rate: float) -> tf.Tensor:
                   tf.fill(tf.shape(labels), 1.0 / rate))
 
 
-def record_buckets(serialized: tf.Tensor) -> tf.Tensor:
-  """The hash bucket (of VALIDATION_BUCKETS) of each serialized record,
+def record_buckets(keys: tf.Tensor) -> tf.Tensor:
+  """The bucket (of VALIDATION_BUCKETS) of each record's example_keys,
   which carves the validation slice (in_part).
 
-  A fingerprint of the record's bytes decides, so the carve is the same in
-  every run, process and tf.data order, and identical records (duplicated
-  log lines) fall on the same side.
+  A fingerprint of the example's values decides, so the carve is the same
+  in every run, process, tf.data order and encoding, and identical
+  records (duplicated log lines) fall on the same side.
   """
-  return tf.strings.to_hash_bucket_fast(serialized, VALIDATION_BUCKETS)
+  return tf.math.floormod(keys, VALIDATION_BUCKETS)
 
 
 def _check_part(part: str) -> None:
@@ -114,19 +136,20 @@ def in_part(bucket, part: str, buckets: int):
   return bucket < buckets if part == "validation" else bucket >= buckets
 
 
-def select_records(serialized: tf.Tensor, label: str, part: str,
-                   buckets: int, rate: float) -> tf.Tensor:
+def select_records(serialized: tf.Tensor, raw_spec: Mapping[str, Any],
+                   label: str, part: str, buckets: int,
+                   rate: float) -> tf.Tensor:
   """Of a chunk of serialized records, in their order, those of `part`
   (in_part) that negative sampling at `rate` keeps (kept_by_sampling).
-  Vectorised on the bytes: only the part's labels are parsed, and only
-  below rate 1."""
-  if part != "all":
-    serialized = tf.boolean_mask(
-        serialized, in_part(record_buckets(serialized), part, buckets))
+  Vectorised: one example_keys parse of the chunk, none for 'all' at
+  rate 1."""
+  if part == "all" and rate >= 1:
+    return serialized
+  keys, labels = example_keys(serialized, raw_spec, label)
+  keep = in_part(record_buckets(keys), part, buckets)
   if rate < 1:
-    serialized = tf.boolean_mask(serialized, kept_by_sampling(
-        serialized, _parse_labels(serialized, label), rate))
-  return serialized
+    keep &= kept_by_sampling(keys, labels, rate)
+  return tf.boolean_mask(serialized, keep)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,27 +189,33 @@ class SplitStats:
 
 
 def _record_chunks(files: List[str], shuffle: bool = False,
-                   seed: int = 0) -> tf.data.Dataset:
+                   seed: Optional[int] = None) -> tf.data.Dataset:
   """Serialized records of ExampleGen's gzipped TFRecord `files`, in
   chunks of up to _RECORD_CHUNK records of one file, read from files in
-  parallel (`shuffle`: in a shuffled file order, chunks in completion
-  order)."""
+  parallel (`shuffle`: in a file order shuffled with `seed`). The chunks
+  come in a fixed order, so a seeded read is the same in every run; only
+  an unseeded shuffled read, which promises no order, takes them as they
+  complete (a few percent faster at most: docs/benchmark_data.md, seeded
+  runs).
+  """
   dataset = tf.data.Dataset.from_tensor_slices(files)
   if shuffle:
     dataset = dataset.shuffle(len(files), seed=seed)
   return dataset.interleave(
       lambda f: tf.data.TFRecordDataset(f, compression_type="GZIP").batch(
           _RECORD_CHUNK),
-      num_parallel_calls=tf.data.AUTOTUNE, deterministic=not shuffle)
+      num_parallel_calls=tf.data.AUTOTUNE,
+      deterministic=not shuffle or seed is not None)
 
 
-def split_stats(file_patterns: List[str], label: str,
+def split_stats(file_patterns: List[str], raw_spec: Mapping[str, Any],
+                label: str,
                 negative_sampling_rate: float = NO_SAMPLING) -> SplitStats:
-  """SplitStats of ExampleGen's gzipped TFRecords of raw examples, in one
-  pass.
+  """SplitStats of ExampleGen's gzipped TFRecords of raw examples (of
+  `raw_spec`), in one pass.
 
-  Only the label is parsed, a chunk of records at a time: cheap next to
-  training.
+  Only example_keys are parsed, a chunk of records at a time: cheap next
+  to training.
   """
   files = [f for p in file_patterns for f in tf.io.gfile.glob(p)]
   if not files:
@@ -194,15 +223,15 @@ def split_stats(file_patterns: List[str], label: str,
   rate = negative_sampling_rate
 
   def count(serialized):
-    labels = _parse_labels(serialized, label)
-    kept = tf.cast(kept_by_sampling(serialized, labels, rate) if rate < 1
+    keys, labels = example_keys(serialized, raw_spec, label)
+    kept = tf.cast(kept_by_sampling(keys, labels, rate) if rate < 1
                    else tf.ones_like(labels, tf.bool), tf.float64)
     columns = tf.stack([
         tf.ones_like(kept), kept, kept * tf.cast(labels, tf.float64),
         kept * tf.cast(importance_weights(labels, rate), tf.float64),
         kept * tf.cast(tf.strings.length(serialized), tf.float64)], axis=1)
     return tf.math.unsorted_segment_sum(
-        columns, record_buckets(serialized), VALIDATION_BUCKETS)
+        columns, record_buckets(keys), VALIDATION_BUCKETS)
 
   totals = _record_chunks(files).map(
       count, num_parallel_calls=tf.data.AUTOTUNE).reduce(
@@ -215,7 +244,7 @@ def make_dataset(file_patterns: List[str],
                  label: str,
                  batch_size: int,
                  shuffle: bool,
-                 seed: int = 0,
+                 seed: Optional[int] = None,
                  part: str = "all",
                  buckets: int = 0,
                  negative_sampling_rate: float = NO_SAMPLING,
@@ -229,11 +258,12 @@ def make_dataset(file_patterns: List[str],
   graph here, as serving requests do. Records are batched BEFORE parsing
   (one parse_example and one graph call per batch instead of one per
   record), and files are read in parallel in chunks (_record_chunks), so
-  input is not the bottleneck.
+  input is not the bottleneck. `seed` seeds the shuffles (None: a new
+  order every run, files read as they complete: _record_chunks).
   `part` and `buckets` keep the train or validation part of the records,
   and a negative_sampling_rate below 1 keeps the records sampling keeps
-  (select_records: on the serialized bytes, in chunks of _RECORD_CHUNK,
-  before any parsing of the features); then the batches are
+  (select_records: on example_keys, in chunks of _RECORD_CHUNK, before
+  the batches are parsed and transformed); then the batches are
   (features, label, importance weight). `cache` keeps the selected
   serialized records in memory after the first full pass, so later passes
   (epochs, validations, the bias refit) neither read, decompress nor hash
@@ -246,7 +276,8 @@ def make_dataset(file_patterns: List[str],
   rate = negative_sampling_rate
   if part != "all" or rate < 1 or cache:
     dataset = dataset.map(
-        lambda chunk: select_records(chunk, label, part, buckets, rate),
+        lambda chunk: select_records(chunk, raw_spec, label, part, buckets,
+                                     rate),
         num_parallel_calls=tf.data.AUTOTUNE)
     if cache:
       dataset = dataset.cache()
@@ -297,6 +328,20 @@ class TrainingData:
   cached: bool = False
 
 
+def release_memory() -> None:
+  """Gives the memory of datasets no longer referenced (make_dataset's
+  cache: an allocation per record) back to the system when training ends.
+  glibc keeps freed small allocations for the process: after run_fn on
+  900k records, 1.0 GiB until malloc_trim (docs/benchmark_data.md, the
+  cache's release). A garbage collection first frees what only reference
+  cycles still hold. Elsewhere than glibc, the allocator decides."""
+  gc.collect()
+  try:
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+  except (OSError, AttributeError):
+    pass
+
+
 def cache_fits(rows: int, serialized_bytes: int,
                available_bytes: int) -> bool:
   """Whether make_dataset's cache of these records fits the memory budget
@@ -339,7 +384,7 @@ def sampling_record(rate: float, click_rate: float,
 def training_part(train_files: List[str],
                   tf_transform_output: tft.TFTransformOutput, label: str,
                   batch_size: int, buckets: int, negative_sampling_rate: float,
-                  seed: int, cache: bool = False) -> tf.data.Dataset:
+                  seed: Optional[int], cache: bool = False) -> tf.data.Dataset:
   """The shuffled training part of the train split (TrainingData.train):
   one definition for training_data and each replica's own shuffle."""
   return make_dataset(train_files, tf_transform_output, label, batch_size,
@@ -350,10 +395,10 @@ def training_part(train_files: List[str],
 
 def training_data(train_files: List[str],
                   tf_transform_output: tft.TFTransformOutput, label: str,
-                  batch_size: int, seed: int = 0,
+                  batch_size: int, seed: Optional[int] = None,
                   negative_sampling_rate: float = NO_SAMPLING) -> TrainingData:
   """The training part and the validation slice of the train split
-  (`seed`: the training part's shuffle).
+  (`seed`: the training part's shuffle, make_dataset).
 
   Negative sampling (rate below 1) applies to both parts, with the same
   weights: the weighted validation log loss estimates the unsampled one,
@@ -369,8 +414,13 @@ def training_data(train_files: List[str],
   still cached on its own: else every validation and the bias refit would
   read the whole split again to find it.
   """
+  if seed is not None:
+    # tf.data pairs a shuffle's seed with TensorFlow's global seed: set it
+    # too, or the order would hang on what ran before in the process.
+    tf.random.set_seed(seed)
   rate = negative_sampling_rate
-  stats = split_stats(train_files, label, rate)
+  stats = split_stats(train_files, tf_transform_output.raw_feature_spec(),
+                      label, rate)
   split_examples = int(stats.records.sum())
   buckets = validation_buckets(split_examples)
   train_examples, click_rate = stats.label_stats("train", buckets)

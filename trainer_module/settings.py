@@ -206,6 +206,10 @@ class TrainerSettings:
       and machines (distribution.py); the result is the same update.
     cpu_devices: split the CPU into this many logical devices (a mirrored
       run without GPUs: the same path, tested and benchmarked); 1: whole.
+    seed: seeds initialisation, the data order and every random op, and
+      reads the files in a fixed order, so two runs on the same machine
+      give the same model (replica i: seed + i). None: unseeded (replicas
+      still 0..N-1).
   """
   dataset: str
   model: str = DEFAULT_MODEL
@@ -229,6 +233,7 @@ class TrainerSettings:
   push: str = DEFAULT_PUSH
   distribution: str = DEFAULT_DISTRIBUTION
   cpu_devices: int = 1
+  seed: Optional[int] = None
 
   def __post_init__(self):
     spec = features.get_spec(self.dataset)  # Fails on an unknown dataset.
@@ -277,6 +282,11 @@ class TrainerSettings:
                        f"each must be '{PREDICTED_CTR}' or a categorical "
                        f"feature of {self.dataset}, once; unknown {unknown}")
     _check_positive_number("bias_constraint_lr", self.bias_constraint_lr)
+    if self.seed is not None and (isinstance(self.seed, bool) or
+                                  not isinstance(self.seed, int) or
+                                  self.seed < 0):
+      raise ValueError(f"seed must be a non-negative integer or None, got "
+                       f"{self.seed!r}")
 
   @property
   def spec(self) -> features.DatasetSpec:

@@ -29,6 +29,7 @@ from trainer_module import distribution
 from trainer_module import models
 from trainer_module import preprocessing
 from trainer_module import training
+from trainer_module.input_pipeline import release_memory
 from trainer_module.input_pipeline import TrainingData
 from trainer_module.input_pipeline import training_data
 from trainer_module.input_pipeline import training_part
@@ -144,8 +145,9 @@ def train_replicas(settings: TrainerSettings, data: TrainingData,
   training part shuffled with that seed (data order), as two retrains
   differ.
 
-  `seed` None (run_fn): replicas are seeded 0..N-1, and one replica (the
-  default) trains unseeded, as before; the study gives its run's seed. One
+  `seed` None (run_fn without settings.seed): replicas are seeded 0..N-1,
+  and one replica (the default) trains unseeded; the study gives its
+  run's seed, run_fn settings.seed. One
   replica trains on `data` as given (its shuffle seeded by training_data).
   `log_dir`: TensorBoard logs (None: none); `callbacks`: more Keras
   callbacks, given to every replica's fit. The record is replica 0's; with
@@ -191,7 +193,7 @@ def run_fn(fn_args) -> None:
   batch_size = settings.batch_size
 
   data = training_data(fn_args.train_files, tf_transform_output,
-                       settings.spec.label, batch_size,
+                       settings.spec.label, batch_size, seed=settings.seed,
                        negative_sampling_rate=settings.negative_sampling_rate)
   logging.info("%s", check_training_fits(
       preprocessing.vocabulary_sizes(tf_transform_output, settings.spec),
@@ -200,22 +202,26 @@ def run_fn(fn_args) -> None:
       settings.replicas))
   replicas, record = train_replicas(
       settings, data, fn_args.train_files, tf_transform_output, tuned,
-      fn_args.model_run_dir)
+      fn_args.model_run_dir, seed=settings.seed)
   baseline, baseline_record = train(
       settings, data, tf_transform_output, tuned,
-      architecture=models.LOGISTIC_REGRESSION)
+      architecture=models.LOGISTIC_REGRESSION, seed=settings.seed)
   record.update(
       train_examples=data.train_examples,
       validation_examples=data.validation_examples,
       steps_per_epoch=steps_per_epoch(data.train_examples, batch_size),
       logistic_regression={k: baseline_record[k] for k in (
           "history", "epochs_run", "best_epoch", "best", "scaled")})
+  # Training is over: its record cache is freed for the export to reuse,
+  # then given back before the Evaluator, which may run in this process.
+  del data
   if not distribution.is_chief(replicas[0].distribute_strategy):
     # Every worker saves (saving may read variables collectively), only the
     # chief's model is the Trainer's output.
     with tempfile.TemporaryDirectory() as scratch:
       export_serving_model(replicas, baseline, tf_transform_output, settings,
                            scratch)
+    release_memory()
     return
   export_serving_model(replicas, baseline, tf_transform_output, settings,
                        fn_args.serving_model_dir)
@@ -223,3 +229,4 @@ def run_fn(fn_args) -> None:
     with tf.io.gfile.GFile(os.path.join(directory, contract.TRAINING_RECORD),
                            "w") as f:
       json.dump(record, f, indent=2, sort_keys=True)
+  release_memory()

@@ -118,6 +118,10 @@ class CtrHyperModel(keras_tuner.HyperModel):
       dimension.declare(hp)
 
   def build(self, hp: keras_tuner.HyperParameters) -> keras.Model:
+    """The trial's model; with settings.seed, every trial's initialisation
+    and training are seeded alike (a repeatable search)."""
+    if self._settings.seed is not None:
+      keras.utils.set_random_seed(self._settings.seed)
     model, _ = model_building.build_and_compile(
         self._settings, hp.values, self._tf_transform_output,
         self._data.train_examples, self._data.click_rate)
@@ -167,7 +171,7 @@ def tuner_fn(fn_args) -> tfx.components.TunerFnResult:
   tf_transform_output = tft.TFTransformOutput(fn_args.transform_graph_path)
   data = input_pipeline.training_data(
       fn_args.train_files, tf_transform_output, settings.spec.label,
-      settings.batch_size,
+      settings.batch_size, seed=settings.seed,
       negative_sampling_rate=settings.negative_sampling_rate)
   untuned = model_building.training_hparams(settings, {}, data.train_examples)
   space = search_space(settings.dataset, tuning.search_space,

@@ -1,44 +1,20 @@
 """Transform reading with TensorFlow gives what TFX's Transform gives."""
 
 import inspect
-import json
 import os
 
 import numpy as np
 import pytest
 import tensorflow as tf
-import tensorflow_transform as tft
 from tfx.components.transform import executor as tfx_executor
 from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils
-from tfx.types import standard_artifacts
-from tfx.types import standard_component_specs as specs
 
 from components import transform
 from components.tf_example_reader import TensorFlowExampleRecord
+from conftest import CRITEO_SCHEMA_DIR as _SCHEMA_DIR
+from conftest import run_transform as _run
 from conftest import split_records
-
-_SCHEMA_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "schema",
-                           "criteo")
-
-
-def _run(executor_class, examples, out_dir):
-  """The executor's Do with the pipeline's Transform settings; returns the
-  graph's TFTransformOutput."""
-  schema = standard_artifacts.Schema()
-  schema.uri = _SCHEMA_DIR
-  graph = standard_artifacts.TransformGraph()
-  graph.uri = str(out_dir)
-  executor_class().Do(
-      {specs.EXAMPLES_KEY: [examples], specs.SCHEMA_KEY: [schema]},
-      {specs.TRANSFORM_GRAPH_KEY: [graph]},
-      {specs.PREPROCESSING_FN_KEY:
-           "trainer_module.preprocessing.preprocessing_fn",
-       specs.CUSTOM_CONFIG_KEY: json.dumps({"dataset": "criteo",
-                                            "min_frequency": 2}),
-       specs.DISABLE_STATISTICS_KEY: 1})
-  return tft.TFTransformOutput(graph.uri)
-
 
 @pytest.fixture(name="outputs", scope="module")
 def _outputs(criteo_examples, tmp_path_factory):

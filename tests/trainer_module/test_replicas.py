@@ -45,8 +45,11 @@ def test_flags_reach_the_config_and_the_trainer_settings():
   custom = config.trainer_config
   assert (custom["replicas"], custom["push"]) == (2, "single")
   default = flags.config_from_args(_run_args("--min-frequency", "2"))
-  assert (default.replicas, default.push, default.max_pd) == (
-      1, "ensemble", None)
+  assert (default.replicas, default.push, default.max_pd, default.seed) == (
+      1, "ensemble", None, None)
+  seeded = flags.config_from_args(_run_args("--seed", "3",
+                                            "--min-frequency", "2"))
+  assert seeded.trainer_config["seed"] == 3
   with pytest.raises(ValueError, match="max_pd .* needs replicas >= 2"):
     flags.config_from_args(_run_args("--max-pd", "0.1",
                                      "--min-frequency", "2"))

@@ -39,8 +39,10 @@ def test_hash_keeps_every_click_and_a_fixed_share_of_non_clicks():
   labels = (np.random.default_rng(0).random(20_000) < 0.2).astype(
       np.float32)
   records = tf.constant(_examples(labels))
+  keys, _ = input_pipeline.example_keys(records, _TRANSFORM.raw_feature_spec(),
+                                        "click")
   rate = 0.25
-  kept = input_pipeline.kept_by_sampling(records, labels, rate).numpy()
+  kept = input_pipeline.kept_by_sampling(keys, labels, rate).numpy()
   assert kept[labels > 0].all()  # Every click.
   non_clicks = (labels == 0).sum()
   kept_non_clicks = kept[labels == 0].sum()
@@ -48,8 +50,8 @@ def test_hash_keeps_every_click_and_a_fixed_share_of_non_clicks():
   sd = np.sqrt(non_clicks * rate * (1 - rate))
   assert abs(kept_non_clicks - rate * non_clicks) < 4 * sd
   # The same decision per record, whatever else is in the batch.
-  reversed_kept = input_pipeline.kept_by_sampling(records[::-1], labels[::-1],
-                                           rate).numpy()[::-1]
+  reversed_kept = input_pipeline.kept_by_sampling(keys[::-1], labels[::-1],
+                                                  rate).numpy()[::-1]
   np.testing.assert_array_equal(kept, reversed_kept)
   # The weights: 1 per click, 1/rate per kept non-click, so on this fixed
   # hash they sum to clicks + kept_non_clicks / rate exactly, and in
@@ -62,7 +64,7 @@ def test_hash_keeps_every_click_and_a_fixed_share_of_non_clicks():
   # Independent of the validation slice's fingerprint: its non-clicks are
   # kept at the same rate.
   validation = input_pipeline.in_part(
-      input_pipeline.record_buckets(records), "validation", 100).numpy()
+      input_pipeline.record_buckets(keys), "validation", 100).numpy()
   share = kept[validation & (labels == 0)].mean()
   assert abs(share - rate) < 4 * np.sqrt(rate * (1 - rate) / (
       validation & (labels == 0)).sum())
@@ -198,7 +200,9 @@ def test_weighted_training_on_sampled_data_stays_calibrated(tmp_path):
   part = np.zeros(examples, bool)
   part[rows] = True
   validation = input_pipeline.in_part(
-      input_pipeline.record_buckets(tf.constant(records)), "validation",
+      input_pipeline.record_buckets(input_pipeline.example_keys(
+          tf.constant(records), _TRANSFORM.raw_feature_spec(), "click")[0]),
+      "validation",
       data.validation_buckets).numpy()
   part |= ~validation
   # Each fits the optimum of its loss: per id, the (weighted) click rate of

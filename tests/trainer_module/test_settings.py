@@ -25,7 +25,7 @@ def test_round_trip_through_json_custom_config():
       auto_hparams=("l2",), embedding_update="sparse",
       cowclip_variant="reference",
       model_options={"hidden_units": [64, 32], "dcnv2_low_rank": 8},
-      frequency_field="C6", frequency_thresholds=[10, 1000])
+      frequency_field="C6", frequency_thresholds=[10, 1000], seed=7)
   config = json.loads(json.dumps(trainer.to_custom_config()))
   # Only the model options that differ from the defaults are written.
   assert config["model_options"] == {"hidden_units": [64, 32],
@@ -51,6 +51,8 @@ def test_round_trip_through_json_custom_config():
     ({"frequency_field": "I1"}, "frequency field 'I1' is not 'all'"),
     ({"frequency_thresholds": (100, 10)}, "0 < rare < frequent"),
     ({"model_options": {"embedding_dim": 0}}, "embedding_dim must be"),
+    ({"seed": -1}, "seed must be a non-negative integer or None"),
+    ({"seed": 1.5}, "seed must be a non-negative integer or None"),
 ])
 def test_bad_settings_name_the_field(fields, message):
   with pytest.raises(ValueError) as error:

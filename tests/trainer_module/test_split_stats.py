@@ -34,11 +34,14 @@ def _write(tmp_path, labels):
 
 def _reference(records, labels, rate, buckets):
   """Record by record: (part of each record, kept by sampling, weight)."""
-  fingerprint = np.array([int(tf.strings.to_hash_bucket_fast(
-      r, input_pipeline.VALIDATION_BUCKETS)) for r in records])
+  keys = [input_pipeline.example_keys(
+      tf.constant([r]), _TRANSFORM.raw_feature_spec(), "click")[0]
+          for r in records]
+  fingerprint = np.array([int(input_pipeline.record_buckets(k)[0])
+                          for k in keys])
   kept = np.array([bool(input_pipeline.kept_by_sampling(
-      tf.constant([r]), tf.constant([l]), rate)[0]) if rate < 1 else True
-                   for r, l in zip(records, labels)])
+      k, tf.constant([l]), rate)[0]) if rate < 1 else True
+                   for k, l in zip(keys, labels)])
   weight = np.where(labels > 0.5, 1.0, np.float32(1 / rate))
   return fingerprint < buckets, kept, weight, fingerprint
 
@@ -48,7 +51,8 @@ def test_one_pass_counts_every_part_as_the_record_by_record_rule(
     tmp_path, rate):
   labels = (np.random.default_rng(3).random(3000) < 0.2).astype(np.float32)
   records, files = _write(tmp_path, labels)
-  stats = input_pipeline.split_stats(files, "click", rate)
+  stats = input_pipeline.split_stats(files, _TRANSFORM.raw_feature_spec(),
+                                     "click", rate)
   buckets = input_pipeline.validation_buckets(len(records))
   validation, kept, weight, fingerprint = _reference(records, labels, rate,
                                                      buckets)

@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 import raw_records
+from components.raw_example_gen import example_encoding
 from trainer_module import input_pipeline
 from trainer_module import model_building
 from trainer_module import scaling
@@ -73,10 +74,11 @@ def test_label_stats_counts_examples_and_clicks(tmp_path):
   with tf.io.TFRecordWriter(path, options="GZIP") as writer:
     for label in [1.0, 0.0, 0.0, 1.0, 0.0]:
       writer.write(raw_records.raw_example(label))
-  stats = input_pipeline.split_stats([str(tmp_path / "*.gz")], "click")
+  spec = _TRANSFORM.raw_feature_spec()
+  stats = input_pipeline.split_stats([str(tmp_path / "*.gz")], spec, "click")
   assert stats.label_stats() == (5, 0.4)
   with pytest.raises(FileNotFoundError, match="no examples match"):
-    input_pipeline.split_stats([str(tmp_path / "none-*")], "click")
+    input_pipeline.split_stats([str(tmp_path / "none-*")], spec, "click")
 
 
 def test_training_hparams_derive_auto_keys_from_the_data_size():
@@ -154,19 +156,68 @@ def test_validation_slice_partitions_the_train_split_deterministically(
   assert sorted(rows("train", shuffle=True, seed=2)) == sorted(train)
   assert sorted(rows("validation", shuffle=True, seed=3)) == sorted(
       validation)
-  stats = input_pipeline.split_stats(files, "click")
+  stats = input_pipeline.split_stats(files, _TRANSFORM.raw_feature_spec(),
+                                     "click")
   assert stats.label_stats("validation", buckets)[0] == len(validation)
   assert stats.label_stats("train", buckets)[0] == len(train)
 
 
-def test_the_validation_slice_is_a_fingerprint_of_the_record():
-  records = tf.constant([b"a", b"b", b"a", b"c" * 100])
-  got = input_pipeline.in_part(input_pipeline.record_buckets(records),
-                               "validation", 500).numpy().tolist()
-  want = (tf.strings.to_hash_bucket_fast(records, 1000) < 500).numpy()
-  assert got == want.tolist() and got[0] == got[2]
+def _encoded(row: int, label: int, reverse: bool) -> bytes:
+  """Raw example {row, a = row % 7, click} in ExampleGen's wire format, its
+  features map in name order or reversed: other bytes, the same example."""
+  entries = [example_encoding.int64_feature(
+      example_encoding.feature_key(name), value)
+             for name, value in (("a", row % 7), ("click", label),
+                                 ("row", row))]
+  return example_encoding.example(entries[::-1] if reverse else entries)
+
+
+def test_slice_and_sampling_follow_the_example_not_its_encoding(tmp_path):
+  """Two encodings of the same examples (features map in another order:
+  different bytes, the same parse) give the same keys, so the same
+  validation slice and the same sampled rows; the key follows values."""
+  spec = raw_records.TransformOutput(("row", "a"))
+  labels = [int(l) for l in np.random.default_rng(6).random(2000) < 0.2]
+  files = {}
+  for reverse in (False, True):
+    records = [_encoded(i, l, reverse) for i, l in enumerate(labels)]
+    files[reverse] = str(tmp_path / f"train-{reverse}.gz")
+    with tf.io.TFRecordWriter(files[reverse], options="GZIP") as writer:
+      for record in records:
+        writer.write(record)
+  ordered, reversed_ = ([_encoded(i, l, r) for i, l in enumerate(labels)]
+                        for r in (False, True))
+  assert all(a != b for a, b in zip(ordered, reversed_))
+  parsed = [tf.io.parse_example(r, spec.raw_feature_spec())
+            for r in (ordered, reversed_)]
+  for name in ("row", "a", "click"):
+    np.testing.assert_array_equal(parsed[0][name], parsed[1][name])
+  keys = [input_pipeline.example_keys(tf.constant(r), spec.raw_feature_spec(),
+                                      "click")[0].numpy()
+          for r in (ordered, reversed_)]
+  np.testing.assert_array_equal(keys[0], keys[1])
+  assert len(set(keys[0])) == len(labels)  # Other values, other keys.
+
+  def rows(path, part, rate):
+    return [int(r) for batch in input_pipeline.make_dataset(
+        [path], spec, "click", 256, shuffle=False, part=part, buckets=100,
+        negative_sampling_rate=rate) for r in batch[0]["row"]]
+
+  for part, rate in (("validation", 1.0), ("train", 0.3)):
+    chosen = rows(files[False], part, rate)
+    assert 0 < len(chosen) < len(labels)
+    assert rows(files[True], part, rate) == chosen, (part, rate)
   assert input_pipeline.validation_buckets(10**9) == 1  # Capped, never empty.
   assert input_pipeline.validation_buckets(4_000_000) == 50
+
+
+def test_an_absent_feature_is_not_a_value():
+  spec = raw_records.TransformOutput(("row", "a")).raw_feature_spec()
+  with_a = raw_records.raw_example(0, row=1, a=0)
+  without_a = raw_records.raw_example(0, row=1)
+  keys = input_pipeline.example_keys(tf.constant([with_a, without_a]), spec,
+                                     "click")[0].numpy()
+  assert keys[0] != keys[1]
 
 
 def test_training_data_reads_only_the_train_split(tmp_path, monkeypatch):
