@@ -11,13 +11,13 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(TESTS)
 
 
-def json_of(script: str) -> Any:
+def json_of(script: str, *args: str) -> Any:
   """The JSON the script prints on its last line. It runs from the
   repository root, which it imports from as the tests do, with the tests'
   shared helpers (this directory); fails with its stderr's tail if it
   fails."""
   result = subprocess.run(
-      [sys.executable, script], cwd=ROOT,
+      [sys.executable, script, *args], cwd=ROOT,
       env={**os.environ, "PYTHONPATH": os.pathsep.join((ROOT, TESTS))},
       capture_output=True, text=True, timeout=900, check=False)
   assert result.returncode == 0, result.stderr[-3000:]

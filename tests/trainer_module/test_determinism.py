@@ -16,6 +16,7 @@ import tensorflow_transform as tft
 from components import transform
 from conftest import run_transform
 from conftest import split_records
+import script_output
 from trainer_module import contract
 from trainer_module import input_pipeline
 from trainer_module import trainer
@@ -120,3 +121,21 @@ def test_seeded_tuner_trials_start_from_the_same_model(inputs):
   assert len(first) == len(second) > 0
   for a, b in zip(first, second):
     np.testing.assert_array_equal(a, b)
+
+
+def test_mirrored_run_fn_serves_the_one_device_predictions(inputs, tmp_path):
+  """run_fn with --distribution mirrored over 2 logical CPU devices and
+  with none, same seed: the same served predictions, model and baseline,
+  within float noise (distributed_run_fn.py, in its own process)."""
+  files, output, eval_records = inputs
+  records = str(tmp_path / "eval.tfrecord")
+  with tf.io.TFRecordWriter(records) as writer:
+    for record in eval_records:
+      writer.write(record)
+  result = script_output.json_of(
+      os.path.join(os.path.dirname(__file__), "distributed_run_fn.py"),
+      output, records, str(tmp_path / "runs"), *files)
+  assert result["replicas"] == [1, 2]
+  assert result["spread"] > 0.01  # The model predicts more than a constant.
+  for name in (contract.PREDICTION_KEY, contract.LR_OUTPUT):
+    assert result["difference"][name] < 1e-5, name
