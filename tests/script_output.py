@@ -3,12 +3,46 @@ before TensorFlow initialises its devices (splitting the CPU)."""
 
 import json
 import os
+import socket
 import subprocess
 import sys
-from typing import Any
+from typing import Any, List
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(TESTS)
+
+
+def _environment():
+  return {**os.environ, "PYTHONPATH": os.pathsep.join((ROOT, TESTS))}
+
+
+def free_ports(count: int) -> List[int]:
+  """Ports nothing listens on now (for localhost workers)."""
+  sockets = [socket.socket() for _ in range(count)]
+  for s in sockets:
+    s.bind(("localhost", 0))
+  ports = [s.getsockname()[1] for s in sockets]
+  for s in sockets:
+    s.close()
+  return ports
+
+
+def start(script: str, *args: str) -> subprocess.Popen:
+  """The script started in its own process (finish() reads its JSON)."""
+  return subprocess.Popen([sys.executable, script, *args], cwd=ROOT,
+                          env=_environment(), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+
+
+def finish(process: subprocess.Popen, timeout: int = 900) -> Any:
+  """The JSON a started script prints on its last line; fails with its
+  stderr's tail if it fails."""
+  try:
+    out, errors = process.communicate(timeout=timeout)
+  finally:
+    process.kill()
+  assert process.returncode == 0, errors[-3000:]
+  return json.loads(out.strip().splitlines()[-1])
 
 
 def json_of(script: str, *args: str) -> Any:
@@ -18,7 +52,7 @@ def json_of(script: str, *args: str) -> Any:
   fails."""
   result = subprocess.run(
       [sys.executable, script, *args], cwd=ROOT,
-      env={**os.environ, "PYTHONPATH": os.pathsep.join((ROOT, TESTS))},
+      env=_environment(),
       capture_output=True, text=True, timeout=900, check=False)
   assert result.returncode == 0, result.stderr[-3000:]
   return json.loads(result.stdout.strip().splitlines()[-1])

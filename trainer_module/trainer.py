@@ -188,6 +188,9 @@ def run_fn(fn_args) -> None:
   """Trains the configured CTR model with CowClip and its logistic-
   regression baseline, and exports both in one SavedModel."""
   settings = TrainerSettings.from_custom_config(fn_args.custom_config)
+  # First: a multi-worker strategy (and a CPU split) must exist before
+  # anything initialises TensorFlow's runtime.
+  distribution.strategy(settings.distribution, settings.cpu_devices)
   tf_transform_output = tft.TFTransformOutput(fn_args.transform_output)
   tuned = (fn_args.hyperparameters or {}).get("values", {})
   batch_size = settings.batch_size

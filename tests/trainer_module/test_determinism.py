@@ -139,3 +139,24 @@ def test_mirrored_run_fn_serves_the_one_device_predictions(inputs, tmp_path):
   assert result["spread"] > 0.01  # The model predicts more than a constant.
   for name in (contract.PREDICTION_KEY, contract.LR_OUTPUT):
     assert result["difference"][name] < 1e-5, name
+
+
+def test_multi_worker_run_fn_serves_the_one_device_predictions(inputs,
+                                                              tmp_path):
+  """run_fn on two worker processes on localhost (TF_CONFIG, one CPU
+  each): the chief exports the one-device model's predictions, the other
+  worker trains alongside and writes no model."""
+  files, output, eval_records = inputs
+  records = str(tmp_path / "eval.tfrecord")
+  with tf.io.TFRecordWriter(records) as writer:
+    for record in eval_records:
+      writer.write(record)
+  script = os.path.join(os.path.dirname(__file__), "distributed_run_fn.py")
+  ports = ",".join(str(p) for p in script_output.free_ports(2))
+  args = [output, records, str(tmp_path / "runs"), *files]
+  other = script_output.start(script, "--worker", "1", ports, *args)
+  chief = script_output.json_of(script, "--worker", "0", ports, *args)
+  assert script_output.finish(other) == {"serving_files": []}
+  assert chief["replicas"] == [1, 2]
+  for name in (contract.PREDICTION_KEY, contract.LR_OUTPUT):
+    assert chief["difference"][name] < 1e-5, name
