@@ -9,7 +9,7 @@ allows one multi-worker strategy per process.
   distributed_parity.py [CASE...]        mirrored over 2 logical CPU devices
   distributed_parity.py --worker I PORT0,PORT1 [CASE...]
       worker I of a 2-worker MultiWorkerMirroredStrategy on localhost
-      (TF_CONFIG); the chief (worker 0) prints the results.
+      (TF_CONFIG); each worker prints its results.
 """
 
 import json
@@ -113,8 +113,7 @@ def main():
                               for k in one_logs},
         "update": one_logs["update"],
         "replicas": parallel.num_replicas_in_sync}
-  if distribution.is_chief(parallel):
-    print(json.dumps(results))
+  print(json.dumps(results))
 
 
 if __name__ == "__main__":

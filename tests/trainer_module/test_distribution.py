@@ -4,9 +4,6 @@ choice of strategy."""
 
 import json
 import os
-import socket
-import subprocess
-import sys
 
 import pytest
 
@@ -49,38 +46,18 @@ MULTI_WORKER_CASES = ("sparse-cowclip-paper", "dense-weighted",
                       "bias-constraints")
 
 
-def _free_ports(count):
-  sockets = [socket.socket() for _ in range(count)]
-  for s in sockets:
-    s.bind(("localhost", 0))
-  ports = [s.getsockname()[1] for s in sockets]
-  for s in sockets:
-    s.close()
-  return ",".join(map(str, ports))
-
-
 def test_two_workers_make_the_one_device_update():
   """Two worker processes on localhost (TF_CONFIG), one CPU device each,
   MultiWorkerMirroredStrategy: the chief's weights after 3 steps match
   one device at the same global batch, as the mirrored ones do."""
   script = os.path.join(HERE, "distributed_parity.py")
-  ports = _free_ports(2)
-  env = {**os.environ, "PYTHONPATH": script_output.ROOT}
-  other = subprocess.Popen(
-      [sys.executable, script, "--worker", "1", ports, *MULTI_WORKER_CASES],
-      cwd=script_output.ROOT, env=env, stdout=subprocess.DEVNULL,
-      stderr=subprocess.PIPE, text=True)
-  try:
-    chief = subprocess.run(
-        [sys.executable, script, "--worker", "0", ports, *MULTI_WORKER_CASES],
-        cwd=script_output.ROOT, env=env, capture_output=True, text=True,
-        timeout=600, check=False)
-    _, other_errors = other.communicate(timeout=120)
-  finally:
-    other.kill()
-  assert chief.returncode == 0, chief.stderr[-3000:]
-  assert other.returncode == 0, other_errors[-3000:]
-  results = json.loads(chief.stdout.strip().splitlines()[-1])
+  ports = ",".join(str(p) for p in script_output.free_ports(2))
+  other = script_output.start(script, "--worker", "1", ports,
+                              *MULTI_WORKER_CASES)
+  results = script_output.json_of(script, "--worker", "0", ports,
+                                  *MULTI_WORKER_CASES)
+  assert script_output.finish(other) == results  # The same step.
+
   assert set(results) == set(MULTI_WORKER_CASES)
   for result in results.values():
     assert result["replicas"] == 2
