@@ -16,7 +16,7 @@ timed: it runs once per dataset, and a kept work directory lets the next
 benchmark of the same file reuse it (TFX's cache).
 
 Timing: one epoch of ``warmup_steps + steps`` steps (the training part
-repeated as needed); training.ThroughputLogger, the Trainer's step timer,
+repeated as needed); callbacks.ThroughputLogger, the Trainer's step timer,
 starts at the end of the last warm-up step, so tracing and graph building
 (the first step) are excluded, and stops at the end of the last step. The
 hyperparameters are the dataset's published base ones scaled to the batch
@@ -54,7 +54,9 @@ from commands import data_benchmark
 from commands import flags
 from commands import generate
 from commands import study_data
+from pipeline import config as config_lib
 from pipeline.config import PipelineConfig
+from trainer_module import callbacks as callbacks_lib
 from trainer_module import cowclip
 from trainer_module import distribution
 from trainer_module import features
@@ -62,7 +64,6 @@ from trainer_module import input_pipeline
 from trainer_module import models
 from trainer_module import settings
 from trainer_module import trainer
-from trainer_module import training
 
 COLUMNS = ("model", "batch_size", "precision", "embedding_update", "cowclip",
            "vocab_scale", "vocab_rows", "distribution", "replicas", "steps",
@@ -107,7 +108,7 @@ def transform(spec: features.DatasetSpec, path: str, min_frequency: int,
     the pipeline's errors: a file without the dataset's layout fails in
     ExampleGen, which names it.
   """
-  config = PipelineConfig(dataset=spec.name, data=path, output=work_dir,
+  config = PipelineConfig.from_fields(dataset=spec.name, data=path, output=work_dir,
                           min_frequency=min_frequency)
   inputs = study_data.transform_once(config)
   return TransformedData(
@@ -205,7 +206,8 @@ def component_seconds(model: models.CTRModel, features: Mapping[str, object],
     return tape.gradient(total, tables)
 
   data_gradients = embeddings()
-  no_clip = dataclasses.replace(config, cowclip=False)
+  no_clip = dataclasses.replace(
+      config, step=dataclasses.replace(config.step, cowclip=False))
   zero_dense = [tf.zeros_like(v) for v in dense]
 
   @tf.function
@@ -219,7 +221,7 @@ def component_seconds(model: models.CTRModel, features: Mapping[str, object],
              "embedding": _seconds_per_call(embeddings, repeats),
              "optimizer": _seconds_per_call(optimizer, repeats),
              "cowclip": 0.0}
-  if config.cowclip:
+  if config.step.cowclip:
     # CowClip's own work on each deep table's batch rows (cowclip.clip_rows
     # and its inputs), after the step's shared unique/sum/gather.
     rows = []
@@ -237,7 +239,7 @@ def component_seconds(model: models.CTRModel, features: Mapping[str, object],
           gradient, tf.math.unsorted_segment_sum(
               tf.ones_like(position, tf.float32), position, count),
           tf.norm(weights, axis=-1), config.r, config.zeta,
-          config.cowclip_variant).gradient
+          config.step.cowclip_variant).gradient
               for position, count, weights, gradient in rows]
 
     seconds["cowclip"] = _seconds_per_call(clip, repeats)
@@ -291,9 +293,10 @@ def time_training_step(model_name: str, spec: features.DatasetSpec,
                      f"{warmup_steps} and {steps}")
   trainer_settings = settings.TrainerSettings(
       dataset=spec.name, model=model_name, batch_size=case.batch_size,
-      epochs=1, cowclip=case.cowclip, embedding_update=case.embedding_update,
+      epochs=1, step=settings.StepOptions(
+          cowclip=case.cowclip, embedding_update=case.embedding_update),
       model_options=dataclasses.replace(options, precision=case.precision),
-      auto_hparams=(), distribution=case.distribution,
+      auto_hparams=False, distribution=case.distribution,
       cpu_devices=len(tf.config.list_logical_devices("CPU")))
   split = input_pipeline.training_data(list(data.train_files),
                                 data.tf_transform_output, spec.label,
@@ -302,7 +305,7 @@ def time_training_step(model_name: str, spec: features.DatasetSpec,
     raise ValueError(f"batch size {case.batch_size} is larger than the "
                      f"{split.train_examples} benchmark training rows; use "
                      "more --rows")
-  clock = training.ThroughputLogger(case.batch_size,
+  clock = callbacks_lib.ThroughputLogger(case.batch_size,
                                     warmup_steps=warmup_steps)
   model, record = trainer.train(
       trainer_settings,
@@ -434,7 +437,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
   data_benchmark.add_arguments(parser)
   parser.add_argument("--dataset", default="criteo",
                       choices=sorted(features.DATASETS))
-  parser.add_argument("--model", default="deepfm", choices=models.MODELS)
   parser.add_argument("--batch-sizes", type=flags.int_list,
                       default=list(DEFAULT_BATCH_SIZES),
                       help="comma-separated, e.g. 1024,8192")
@@ -443,17 +445,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       "generate --rows rows)")
   parser.add_argument("--rows", type=int, default=DEFAULT_ROWS,
                       help="rows to generate when no --data is given")
-  parser.add_argument("--min-frequency", type=int, default=None,
-                      help="vocabulary threshold (default: per dataset)")
   parser.add_argument("--vocab-scale", type=int, default=DEFAULT_VOCAB_SCALE,
                       help="also time tables this many times larger at the "
                       "first batch size (1: skip)")
-  parser.add_argument("--hidden-units", type=flags.int_list, default=None,
-                      help="DNN layer sizes (default: the model's)")
   parser.add_argument("--warmup-steps", type=int, default=3)
   parser.add_argument("--steps", type=int, default=20,
                       help="timed steps per case")
-  parser.add_argument("--precisions", type=flags.choice_list(models.PRECISIONS, "precision"),
+  parser.add_argument("--precisions",
+                      type=flags.choice_list(models.PRECISIONS, "precision"),
                       default=["float32"],
                       help="comma-separated, some of "
                       f"{','.join(models.PRECISIONS)}")
@@ -466,22 +465,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       "a temporary directory; --stage data: "
                       f"{data_benchmark.DEFAULT_WORK_DIR})")
   parser.add_argument("--output", default=None, help="write a CSV here")
-  flags.add_distribution_arguments(parser)
+  # The cases (above) set the batch size, precision, update and CowClip.
+  flags.add_settings(parser, only=("model", "hidden_units", "min_frequency",
+                                   "distribution", "cpu_devices"))
 
 
 def main(args: argparse.Namespace) -> int:
   """Runs the benchmark from parsed flags, prints the table, writes the CSV."""
   if args.stage == "data":
     return data_benchmark.main(args)
-  options = (models.ModelOptions(hidden_units=tuple(args.hidden_units))
-             if args.hidden_units else models.ModelOptions())
+  trainer_settings = flags.settings_from_args(
+      args, settings.TrainerSettings, dataset=args.dataset)
+  ingestion = flags.settings_from_args(args, config_lib.IngestionSettings)
   results = run_benchmark(
-      args.dataset, args.model, args.batch_sizes, data_path=args.data,
-      rows=args.rows, min_frequency=args.min_frequency,
-      vocab_scale=args.vocab_scale, options=options,
+      args.dataset, trainer_settings.model, args.batch_sizes,
+      data_path=args.data, rows=args.rows,
+      min_frequency=ingestion.min_frequency, vocab_scale=args.vocab_scale,
+      options=trainer_settings.model_options,
       warmup_steps=args.warmup_steps, steps=args.steps,
       precisions=args.precisions, components=args.components,
-      work_dir=args.work_dir, distribution_=args.distribution)
+      work_dir=args.work_dir, distribution_=trainer_settings.distribution)
   print(format_table(results))
   if args.output:
     write_csv(results, args.output)

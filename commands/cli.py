@@ -51,6 +51,8 @@ from trainer_module import distribution
 # ReportError and the config checks). These end in their message alone;
 # anything else is an internal error and shows its traceback.
 USER_ERRORS = (ValueError, OSError)
+# Settings only a Kubeflow deployment has (the Trainer pod's GPUs).
+KUBEFLOW_ONLY = ("gpus", "gpu_type")
 
 
 def root_cause(error: BaseException) -> BaseException:
@@ -104,11 +106,12 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-  run = report_reading.read_run(args.dir, args.min_slice_size)
+  gate = flags.settings_from_args(args, config_lib.GateSettings)
+  run = report_reading.read_run(args.dir, gate.min_slice_size)
   print(report_text.describe(run))
   print(f"report:    {report.write_run_page(run)}")
   if args.compare:
-    runs = [run, report_reading.read_run(args.compare, args.min_slice_size)]
+    runs = [run, report_reading.read_run(args.compare, gate.min_slice_size)]
     print("\n" + report_text.describe_comparison(runs))
     print(f"compare:   {report.write_comparison_page(runs)}")
   return 0
@@ -120,15 +123,20 @@ def build_parser() -> argparse.ArgumentParser:
       description="CowClip CTR training pipeline (TFX).")
   commands = parser.add_subparsers(dest="command", required=True)
   run = commands.add_parser("run", help="run the whole pipeline locally")
-  flags.add_run_arguments(run)
+  flags.add_input_arguments(run, "DIR for the pipeline root, metadata.sqlite "
+                            "and serving/<version>/ (re-use it to reuse "
+                            "cached results)")
+  flags.add_settings(run, skip=KUBEFLOW_ONLY)
   run.set_defaults(handler=_run)
   tuning = commands.add_parser(
       "tune", help="tune the base hyperparameters alone (KerasTuner)",
       description="Ingestion, Transform and the Tuner only; writes the best "
       "hyperparameters (JSON), the trial table (CSV, JSON) and a plot to "
       "--output. `run --hparams-from DIR` trains with the result.")
-  flags.add_run_arguments(tuning)
-  tuning.set_defaults(handler=_tune, tuning_job=True)
+  flags.add_input_arguments(tuning, "DIR for the pipeline root, the tuning "
+                            "results and metadata.sqlite")
+  flags.add_settings(tuning, skip=KUBEFLOW_ONLY + ("tune", "hparams_from"))
+  tuning.set_defaults(handler=_tune, tune=True, stop_after_tuner=True)
   gen = commands.add_parser(
       "generate", help="write synthetic Criteo/Avazu-layout raw data")
   gen.add_argument("--format", required=True, choices=("criteo", "avazu"))
@@ -154,9 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
   rep.add_argument("--compare", metavar="OTHER_DIR", default=None,
                    help="also put the run beside OTHER_DIR's "
                    "(DIR/report/compare.html)")
-  rep.add_argument("--min-slice-size", type=int,
-                   default=config_lib.DEFAULT_MIN_SLICE_SIZE,
-                   help="leave out slices with fewer eval examples")
+  flags.add_settings(rep, only=("min_slice_size",))
   rep.set_defaults(handler=_report)
   kfp.add_compile_parser(commands)
   kfp.add_run_compiled_parser(commands)

@@ -36,18 +36,18 @@ def config_from_args(args: argparse.Namespace) -> PipelineConfig:
       job_endpoint=args.job_endpoint,
       environment_type=args.environment_type,
       environment_config=args.environment_config)
-  return dataclasses.replace(
-      flags.config_from_args(args),
-      beam_args=beam_args + tuple(args.beam_args or ()),
-      trainer_gpus=args.gpus, trainer_accelerator=args.gpu_type)
+  config = flags.config_from_args(args)
+  extra = tuple(vars(args).get("beam_args", ()))  # Only the user's.
+  return dataclasses.replace(config, runner=dataclasses.replace(
+      config.runner, beam_args=beam_args + extra))
 
 
 def _compile(args: argparse.Namespace) -> int:
   config = config_from_args(args)
   spec = kubeflow.compile_pipeline(config, args.image, args.for_local_run)
   kubeflow.write_pipeline_spec(spec, args.spec_file)
-  gpus = (f"{config.trainer_gpus} x {config.trainer_accelerator}"
-          if config.trainer_gpus else "none")
+  gpus = (f"{config.runner.gpus} x {config.runner.gpu_type}"
+          if config.runner.gpus else "none")
   print(f"wrote {args.spec_file}: KFP v2 pipeline spec "
         f"{spec['pipelineInfo']['name']!r} "
         f"({len(spec['root']['dag']['tasks'])} tasks)\n"
@@ -75,9 +75,8 @@ def add_compile_parser(subparsers: Any) -> argparse.ArgumentParser:
       parser, "the pipeline spec to write", data_help="raw data the pods "
       "can read: a directory URI ending in '/' (all its files), or a file "
       "or glob URI", dest="spec_file", metavar="FILE.yaml")
-  flags.add_run_arguments(parser, local=False)
-  # The pods run every component with Beam.
-  parser.set_defaults(runner="beam")
+  # The pods run every component with Beam, on the pod's devices.
+  flags.add_settings(parser, skip=("dag_runner", "cpu_devices"))
   parser.add_argument("--image", required=True,
                       help="image built from kubeflow/Dockerfile, as the "
                       "cluster pulls it (pin a tag or digest)")
@@ -89,11 +88,6 @@ def add_compile_parser(subparsers: Any) -> argparse.ArgumentParser:
                       help="a spec for `run-compiled` on this machine: "
                       "--data and --pipeline-root may be local paths, the "
                       "schema is this checkout's (not the image's)")
-  parser.add_argument("--gpus", type=int, default=0,
-                      help="GPUs the Trainer's pod requests (default 0)")
-  parser.add_argument("--gpu-type", default=config_lib.DEFAULT_ACCELERATOR,
-                      help="Kubernetes resource name of the GPUs (default "
-                      "%(default)s)")
   beam = parser.add_argument_group(
       "Beam runner", "where the Beam-based components (ExampleGen, "
       "StatisticsGen, Transform, Evaluator) run their Beam pipelines")

@@ -439,7 +439,7 @@ def _write_report_logged(config: PipelineConfig
   it is logged, not raised: a report must not fail the run it describes,
   nor hide its error."""
   try:
-    summary = report_reading.read_run(config.output, config.min_slice_size)
+    summary = report_reading.read_run(config.output, config.gate.min_slice_size)
     page = write_run_page(summary)
   except Exception as error:  # pylint: disable=broad-except
     logging.warning("could not write the run report: %s", error,

@@ -6,12 +6,12 @@ run), then trains every (model, scaling rule, batch size, seed) on that one
 dataset and Transform graph and evaluates it on the one eval split:
 
 * training is the Trainer's: trainer.train_replicas (trainer.train, once
-  per replica) with the run's PipelineConfig.trainer_settings (base
+  per replica) with the run's PipelineConfig.trainer (base
   hyperparameters mapped by the run's scaling rule) on
   input_pipeline.training_data, seeded per run (with --replicas N, replica
   i with the run's seed + i). CowClip is on
   exactly for the 'cowclip' rule (``ablation`` adds the cowclip rule without
-  clipping). A NaN loss (training.NonFiniteLossError) is recorded as a
+  clipping). A NaN loss (callbacks.NonFiniteLossError) is recorded as a
   diverged run.
 * the model is exported with serving.export_serving_model and evaluated by
   TFMA with pipeline.create_eval_config on the RAW eval examples, as the
@@ -51,6 +51,7 @@ from commands import study_evaluation
 from commands import study_results
 from commands.study_data import TransformedInputs
 from pipeline.config import PipelineConfig
+from trainer_module import callbacks as callbacks_lib
 from trainer_module import input_pipeline
 from trainer_module import model_building
 from trainer_module import models
@@ -62,6 +63,11 @@ from trainer_module import training
 
 DEFAULT_BATCH_SIZES = (1024, 4096, 16384, 65536)
 DEFAULT_RULES = ("none", "sqrt", "linear", "n2-lambda", "cowclip")
+# The settings (or groups) every run of a study shares, offered as flags.
+SHARED_SETTINGS = ("min_frequency", "eval_fraction", "epochs", "hparams",
+                   "auto_hparams", "step", "model_options",
+                   "frequency_thresholds", "negative_sampling_rate",
+                   "replicas", "push", "distribution", "cpu_devices")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,10 +129,11 @@ class StudySetup:
 
 def run_config(config: PipelineConfig, run: StudyRun) -> PipelineConfig:
   """The study's config with the run's model, batch size, rule and CowClip:
-  its trainer_settings are what the Trainer would get for this run."""
-  return dataclasses.replace(config, model=run.model,
-                             batch_size=run.batch_size, scaling_rule=run.rule,
-                             cowclip=run.cowclip)
+  its trainer settings are what the Trainer would get for this run."""
+  return dataclasses.replace(config, trainer=dataclasses.replace(
+      config.trainer, model=run.model, batch_size=run.batch_size,
+      scaling_rule=run.rule,
+      step=dataclasses.replace(config.trainer.step, cowclip=run.cowclip)))
 
 
 def train_baseline(config: PipelineConfig, train_files: Sequence[str],
@@ -135,9 +142,9 @@ def train_baseline(config: PipelineConfig, train_files: Sequence[str],
   model (the Evaluator's config reads it), trained once, as run_fn does."""
   data = input_pipeline.training_data(
       list(train_files), tf_transform_output, config.spec.label,
-      config.batch_size,
-      negative_sampling_rate=config.negative_sampling_rate)
-  baseline, _ = trainer.train(config.trainer_settings, data,
+      config.trainer.batch_size,
+      negative_sampling_rate=config.trainer.negative_sampling_rate)
+  baseline, _ = trainer.train(config.trainer, data,
                               tf_transform_output,
                               architecture=models.LOGISTIC_REGRESSION,
                               verbose=0)
@@ -164,7 +171,7 @@ def evaluate(serving_dir: str, tfma_dir: str, config: PipelineConfig,
   return study_evaluation.metrics_row(study_evaluation.tfma_metrics(
       serving_dir, study_evaluation.study_eval_config(config),
       study_data.split_pattern(setup.inputs.raw_examples, "eval"),
-      tfma_dir, config.beam_args), config.replicas)
+      tfma_dir, config.runner.beam_args), config.trainer.replicas)
 
 
 def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
@@ -175,20 +182,20 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
   refitted the same way: the paper reports the model after its epochs.
   """
   config = run_config(setup.config, run)
-  trainer_settings = config.trainer_settings
+  trainer_settings = config.trainer
   data = input_pipeline.training_data(
       list(setup.train_files), setup.tf_transform_output, config.spec.label,
       run.batch_size, seed=run.seed,
-      negative_sampling_rate=config.negative_sampling_rate)
+      negative_sampling_rate=config.trainer.negative_sampling_rate)
   hparams = model_building.training_hparams(trainer_settings, {},
                                      data.train_examples)["scaled"]
   row = {"run": run.key, "model": run.model, "rule": run.rule,
          "cowclip": run.cowclip, "batch_size": run.batch_size,
-         "seed": run.seed, "epochs": config.epochs,
-         "embedding_update": config.embedding_update,
-         "bias_constraints": ",".join(config.bias_constraints),
-         "replicas": config.replicas,
-         "push": config.push if config.replicas > 1 else "",
+         "seed": run.seed, "epochs": config.trainer.epochs,
+         "embedding_update": config.trainer.step.embedding_update,
+         "bias_constraints": ",".join(config.trainer.step.bias_constraints),
+         "replicas": config.trainer.replicas,
+         "push": config.trainer.push if config.trainer.replicas > 1 else "",
          "dense_lr": hparams["dense_lr"], "embed_lr": hparams["embed_lr"],
          "l2": hparams["l2"], "train_examples": data.train_examples}
   last_epoch = LastEpochWeights()
@@ -197,8 +204,9 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
     replicas, trained = trainer.train_replicas(
         trainer_settings, data, list(setup.train_files),
         setup.tf_transform_output, {}, log_dir=None, seed=run.seed,
-        verbose=0, callbacks=[last_epoch] if config.replicas == 1 else [])
-  except training.NonFiniteLossError as error:
+        verbose=0,
+        callbacks=[last_epoch] if config.trainer.replicas == 1 else [])
+  except callbacks_lib.NonFiniteLossError as error:
     print(f"{run.key}: diverged: {error}", flush=True)
     row.update(train_seconds=time.perf_counter() - start, diverged=True)
     return row
@@ -227,7 +235,8 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
                       setup))
   last = {"last_auc": row["auc"], "last_logloss": row["logloss"],
           "last_calibration": row["calibration"]}
-  if config.replicas == 1 and trained["epochs_run"] > trained["best_epoch"]:
+  if (config.trainer.replicas == 1 and
+      trained["epochs_run"] > trained["best_epoch"]):
     model = replicas[0]
     model.set_weights(last_epoch.weights)
     training.recalibrate_bias(model, data.validation)
@@ -238,7 +247,7 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
     metrics = evaluate(last_dir, os.path.join(run_dir, "tfma_last"), config,
                        setup)
     last = {f"last_{k}": metrics[k] for k in ("auc", "logloss", "calibration")}
-  elif config.replicas > 1:
+  elif config.trainer.replicas > 1:
     last = {}
   row.update(last)
   return row
@@ -266,13 +275,14 @@ def same_training(config: PipelineConfig, run: StudyRun,
   # The `auto` base values depend on the training rows, the same for every
   # run of a study (one Transform output, one validation slice).
   hparams = model_building.training_hparams(
-      run_config(config, run).trainer_settings, {},
+      run_config(config, run).trainer, {},
       int(float(rows[0]["train_examples"])))["scaled"]
   wanted = _training_signature({
       "model": run.model, "batch_size": run.batch_size, "seed": run.seed,
-      "cowclip": run.cowclip, "epochs": config.epochs,
-      "embedding_update": config.embedding_update,
-      "bias_constraints": ",".join(config.bias_constraints), **hparams})
+      "cowclip": run.cowclip, "epochs": config.trainer.epochs,
+      "embedding_update": config.trainer.step.embedding_update,
+      "bias_constraints": ",".join(config.trainer.step.bias_constraints),
+      **hparams})
   for row in rows:
     if _training_signature(row) == wanted:
       return {**row, "run": run.key, "rule": run.rule}
@@ -280,8 +290,9 @@ def same_training(config: PipelineConfig, run: StudyRun,
 
 
 STUDY_SETTINGS = "study_settings.json"
-# Trainer settings that vary between a study's runs (run_config).
-PER_RUN_SETTINGS = ("model", "batch_size", "scaling_rule", "cowclip")
+# Trainer settings that vary between a study's runs (run_config; also
+# step.cowclip, which the study's own config leaves at its default).
+PER_RUN_SETTINGS = ("model", "batch_size", "scaling_rule")
 
 
 def check_study_settings(config: PipelineConfig) -> None:
@@ -292,9 +303,10 @@ def check_study_settings(config: PipelineConfig) -> None:
   Raises:
     ValueError: naming the settings that differ and their values.
   """
-  wanted = json.loads(json.dumps({
-      k: v for k, v in config.trainer_settings.to_custom_config().items()
-      if k not in PER_RUN_SETTINGS}))
+  study_wide = config.trainer.to_custom_config()
+  study_wide["step"].pop("cowclip", None)
+  wanted = json.loads(json.dumps({k: v for k, v in study_wide.items()
+                                  if k not in PER_RUN_SETTINGS}))
   path = os.path.join(config.output, STUDY_SETTINGS)
   if os.path.exists(path):
     with open(path) as f:
@@ -376,83 +388,54 @@ def write_report(rows: Sequence[Mapping[str, object]], output: str,
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-  """The `study` subcommand's flags."""
+  """The `study` subcommand's flags: its axes, and the settings every run
+  shares."""
   flags.add_input_arguments(parser, "DIR for the pipeline, study.csv/md and "
-                          "figures (re-use it to resume)")
+                            "figures (re-use it to resume)")
   parser.add_argument("--batch-sizes", type=flags.int_list,
                       default=list(DEFAULT_BATCH_SIZES))
-  parser.add_argument("--rules", type=flags.choice_list(scaling.RULES, "scaling rule"),
+  parser.add_argument("--rules",
+                      type=flags.choice_list(scaling.RULES, "scaling rule"),
                       default=list(DEFAULT_RULES),
                       help=f"comma-separated, from {','.join(scaling.RULES)}")
-  parser.add_argument("--models", type=flags.choice_list(models.MODELS, "model"),
+  parser.add_argument("--models",
+                      type=flags.choice_list(models.MODELS, "model"),
                       default=[settings.DEFAULT_MODEL],
                       help=f"comma-separated, from {','.join(models.MODELS)}")
-  parser.add_argument("--epochs", type=int, default=1)
-  flags.add_bias_constraint_arguments(parser)
   parser.add_argument("--seeds", type=flags.int_list,
                       default=[1234])
   parser.add_argument("--ablation", action="store_true",
                       help="also run the cowclip rule without clipping")
-  parser.add_argument("--embedding-update",
-                      default=settings.DEFAULT_EMBEDDING_UPDATE,
-                      choices=settings.EMBEDDING_UPDATES)
-  parser.add_argument("--hidden-units", type=flags.int_list,
-                      default=None, help="DNN layer sizes (default: the "
-                      "model's)")
-  parser.add_argument("--frequency-thresholds", type=flags.int_list,
-                      default=None, help="rare,frequent typical id counts "
-                      "of the id-frequency slice (default: the pipeline's)")
-  parser.add_argument("--min-frequency", type=int, default=None,
-                      help="vocabulary frequency threshold (default: per "
-                      "dataset)")
-  parser.add_argument("--eval-fraction", type=float, default=None)
-  flags.add_activation_arguments(parser)
-  flags.add_replica_arguments(parser, gate=False)
-  flags.add_negative_sampling_argument(parser)
-  flags.add_hparam_arguments(parser, "each rule maps it")
-  flags.add_distribution_arguments(parser)
+  # The axes above set the model, batch size, rule, CowClip and seed.
+  flags.add_settings(parser, only=SHARED_SETTINGS,
+                     skip=("cowclip", "max_pd"), defaults={"epochs": 1})
 
 
 def main(args: argparse.Namespace) -> int:
   """Runs the study from parsed flags."""
-  overrides = flags.hparam_overrides(args)
-  extra = {}
-  options = flags.activation_options(args)
-  if args.hidden_units:
-    options["hidden_units"] = tuple(args.hidden_units)
-  if options:
-    extra["model_options"] = options
-  if args.frequency_thresholds:
-    extra["frequency_thresholds"] = tuple(args.frequency_thresholds)
-  config = PipelineConfig(dataset=args.dataset, data=args.data,
-                          output=args.output, epochs=args.epochs,
-                          hparams=overrides, min_frequency=args.min_frequency,
-                          eval_fraction=args.eval_fraction,
-                          embedding_update=args.embedding_update,
-                          negative_sampling_rate=args.negative_sampling_rate,
-                          bias_constraints=args.bias_constraints,
-                          bias_constraint_lr=args.bias_constraint_lr,
-                          replicas=args.replicas, push=args.push,
-                          **flags.distribution_settings(args), **extra)
+  config = flags.config_from_args(args)
+  trainer_settings = config.trainer
   runs = study_runs(args.models, args.rules, args.batch_sizes, args.seeds,
-                    args.ablation, args.replicas)
-  rare, frequent = config.frequency_thresholds
+                    args.ablation, trainer_settings.replicas)
+  rare, frequent = trainer_settings.frequency_thresholds
+  auto = trainer_settings.auto_hparam_keys
+  step = trainer_settings.step
   header = [f"Dataset {args.dataset} from `{args.data}`; models "
             f"{args.models}; rules {args.rules}; batch sizes "
-            f"{args.batch_sizes}; seeds {args.seeds}; {args.epochs} "
-            f"epoch(s); ablation {args.ablation}; replicas "
-            f"{args.replicas}"
-            + (f" (served: {args.push}; replica i of seed s is seeded "
-               "s + i)" if args.replicas > 1 else "") + ".",
+            f"{args.batch_sizes}; seeds {args.seeds}; "
+            f"{trainer_settings.epochs} epoch(s); ablation {args.ablation}; "
+            f"replicas {trainer_settings.replicas}"
+            + (f" (served: {trainer_settings.push}; replica i of seed s is "
+               "seeded s + i)" if trainer_settings.replicas > 1 else "") + ".",
             f"Base hyperparameters at batch {config.spec.base_batch_size}: "
-            f"{config.base_hparams}"
-            + (f"; {', '.join(config.auto_hparam_keys)} derived from the "
-               "training rows (`auto`): study.csv has each run's scaled "
-               "values" if config.auto_hparam_keys else "") + ".",
-            f"Model options: {config.trainer_settings.model_options}; "
-            f"embedding update {config.embedding_update}; negative "
-            f"sampling rate {config.negative_sampling_rate}; bias "
-            f"constraints {list(config.bias_constraints) or 'none'}.",
+            f"{trainer_settings.base_hparams}"
+            + (f"; {', '.join(auto)} derived from the training rows "
+               "(`auto`): study.csv has each run's scaled values"
+               if auto else "") + ".",
+            f"Model options: {trainer_settings.model_options}; embedding "
+            f"update {step.embedding_update}; negative sampling rate "
+            f"{trainer_settings.negative_sampling_rate}; bias constraints "
+            f"{list(step.bias_constraints) or 'none'}.",
             "Id-frequency buckets: the pipeline's id_frequency slice "
             "(geometric mean over fields of the training count of the "
             f"example's ids, OOV ids 0): < {rare} rare, < {frequent} medium, "

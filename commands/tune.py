@@ -192,10 +192,10 @@ def write_results(config: PipelineConfig, best_hparams_dir: str,
   values = check_best_hyperparameters(best_file)
   completed = [r for r in rows if r["status"] == "COMPLETED"]
   best = max(completed, key=lambda r: r[contract.OBJECTIVE])
-  record = model_building.training_hparams(config.trainer_settings, values)
+  record = model_building.training_hparams(config.trainer, values)
   summary = {
-      "dataset": config.dataset, "model": config.model,
-      "tuner": config.tuner, "trials": len(rows),
+      "dataset": config.dataset, "model": config.trainer.model,
+      "tuner": config.tuning.tuner, "trials": len(rows),
       "completed": len(completed), "objective": contract.OBJECTIVE,
       "best_trial": best["trial_id"],
       "best_val_auc": best[contract.OBJECTIVE],
@@ -214,8 +214,8 @@ def write_results(config: PipelineConfig, best_hparams_dir: str,
     json.dump(summary, f, indent=2)
   tuner_component.write_trials(rows, config.output)
   plot = os.path.join(config.output, PLOT)
-  plot_trials(rows, plot, f"{config.dataset} {config.model}: {config.tuner} "
-              f"search at batch {config.batch_size}")
+  plot_trials(rows, plot, f"{config.dataset} {config.trainer.model}: {config.tuning.tuner} "
+              f"search at batch {config.trainer.batch_size}")
   files = (summary_path, copy,
            os.path.join(config.output, tuner_component.TRIALS_CSV),
            os.path.join(config.output, tuner_component.TRIALS_JSON), plot)
@@ -226,7 +226,7 @@ def run_tuning(config: PipelineConfig,
                verbose: bool = False) -> TuningOutcome:
   """Runs the pipeline up to the Tuner and writes its results (module doc);
   library output goes to DIR/logs/run.log unless `verbose`."""
-  if not config.stop_after_tuner:
+  if not config.tuning.stop_after_tuner:
     raise ValueError("the tuning job needs a config with tune and "
                      "stop_after_tuner set")
   report.run_with_report(config, verbose)

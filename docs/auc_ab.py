@@ -31,6 +31,7 @@ import tensorflow as tf  # noqa: E402
 from trainer_module import features  # noqa: E402
 from trainer_module import models  # noqa: E402
 from trainer_module import scaling  # noqa: E402
+from trainer_module import settings  # noqa: E402
 from trainer_module import training  # noqa: E402
 
 
@@ -65,7 +66,8 @@ def main():
                                   spec.base_batch_size, args.batch)
   steps = math.ceil(args.train_rows / args.batch)
   training.compile_model(model, training.TrainingConfig(
-      **hparams, steps_per_epoch=steps, embedding_update=args.update))
+      **hparams, steps_per_epoch=steps,
+      step=settings.StepOptions(embedding_update=args.update)))
   dataset = tf.data.Dataset.from_tensor_slices(
       (train, labels[:args.train_rows])).shuffle(
           200_000, seed=args.seed).batch(args.batch).prefetch(2)

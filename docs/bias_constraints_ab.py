@@ -84,7 +84,7 @@ def main():
   parser.add_argument("--batch-size", type=int, default=1024)
   parser.add_argument("--out", required=True)
   args = parser.parse_args()
-  config = PipelineConfig(dataset=args.dataset, data=args.data,
+  config = PipelineConfig.from_fields(dataset=args.dataset, data=args.data,
                           output=args.output, epochs=args.epochs,
                           batch_size=args.batch_size)
   inputs = study_data.transform_once(config)
@@ -98,9 +98,9 @@ def main():
   constraints = tuple(c for c in args.constraints.split(",") if c)
   for seed in [int(s) for s in args.seeds.split(",")]:
     for variant in ((), constraints):
-      settings = dataclasses.replace(config.trainer_settings,
-                                     bias_constraints=variant,
-                                     bias_constraint_lr=args.lr)
+      settings = dataclasses.replace(config.trainer, step=dataclasses.replace(
+          config.trainer.step, bias_constraints=variant,
+          bias_constraint_lr=args.lr))
       data = input_pipeline.training_data(train_files, tft_output, label,
                                    args.batch_size, seed=seed)
       start = time.perf_counter()

@@ -53,7 +53,7 @@ def main() -> None:
   from pipeline import pipeline as pipeline_lib
 
   shutil.rmtree(args.out, ignore_errors=True)
-  config = config_lib.PipelineConfig(
+  config = config_lib.PipelineConfig.from_fields(
       dataset="criteo", data=args.examples, output=args.out,
       **({"beam_args": tuple(args.beam_args)} if args.beam_args else {}))
   eval_config = pipeline_lib.create_eval_config(config)
@@ -84,7 +84,7 @@ def main() -> None:
               else evaluator_lib.EvaluatorExecutor)
   run = executor(
       executor.Context(
-          beam_pipeline_args=list(config.beam_args),
+          beam_pipeline_args=list(config.runner.beam_args),
           tmp_dir=os.path.join(args.out, ".tmp"), unique_id="ab"))
   properties = {specs.EVAL_CONFIG_KEY: proto_utils.proto_to_json(eval_config),
                 specs.EXAMPLE_SPLITS_KEY: json.dumps(["eval"])}

@@ -36,6 +36,7 @@ from each checkout, alternating, for before/after ratios).
 
 import argparse
 import csv
+import dataclasses
 import itertools
 import json
 import os
@@ -52,6 +53,7 @@ import tensorflow_transform as tft  # noqa: E402
 from commands import study_data  # noqa: E402
 from components.prediction_difference import prediction_difference  # noqa: E402,E501
 from pipeline.config import PipelineConfig  # noqa: E402
+from trainer_module import callbacks as callbacks_lib  # noqa: E402
 from trainer_module import input_pipeline  # noqa: E402
 from trainer_module import trainer  # noqa: E402
 from trainer_module import training  # noqa: E402
@@ -62,16 +64,15 @@ def _key(activation, rate, seed):
 
 
 def run_one(config, setup, activation, rate, seed, batch_size):
-  config = PipelineConfig(**{
-      **{f: getattr(config, f) for f in config.__dataclass_fields__},
-      "model_options": {"activation": activation},
-      "negative_sampling_rate": rate})
-  settings = config.trainer_settings
+  settings = dataclasses.replace(
+      config.trainer, negative_sampling_rate=rate,
+      model_options=dataclasses.replace(config.trainer.model_options,
+                                        activation=activation))
   tfto, train_files, eval_files = setup
   data = input_pipeline.training_data(train_files, tfto, config.spec.label,
                                batch_size, seed=seed,
                                negative_sampling_rate=rate)
-  timer = training.ThroughputLogger(batch_size)
+  timer = callbacks_lib.ThroughputLogger(batch_size)
   start, cpu_start = time.perf_counter(), time.process_time()
   model, record = trainer.train(settings, data, tfto, seed=seed, verbose=0,
                                 callbacks=[timer])
@@ -123,9 +124,8 @@ def _timed(fn):
 
 def profile_one(config, setup, rate, batch_size):
   """Where one sampled training's CPU goes (see the module doc)."""
-  config = PipelineConfig(**{
-      **{f: getattr(config, f) for f in config.__dataclass_fields__},
-      "negative_sampling_rate": rate})
+  config = dataclasses.replace(config, trainer=dataclasses.replace(
+      config.trainer, negative_sampling_rate=rate))
   tfto, train_files, eval_files = setup
   label = config.spec.label
 
@@ -140,9 +140,9 @@ def profile_one(config, setup, rate, batch_size):
   train_rows, train_pass_cpu, _ = _timed(lambda: count(probe.train))
   _, validation_pass_cpu, _ = _timed(lambda: count(probe.validation))
   fresh = data()
-  timer = training.ThroughputLogger(batch_size)
+  timer = callbacks_lib.ThroughputLogger(batch_size)
   (model, record), train_cpu, train_wall = _timed(lambda: trainer.train(
-      config.trainer_settings, fresh, tfto, seed=1, verbose=0,
+      config.trainer, fresh, tfto, seed=1, verbose=0,
       callbacks=[timer]))
   scores = evaluate(model, tfto, eval_files, label)[2]
   _, refit_cpu, _ = _timed(lambda: training.recalibrate_bias(
@@ -220,7 +220,7 @@ def main():
   seeds = [int(s) for s in args.seeds.split(",")]
   rates = [float(r) for r in args.rates.split(",")]
   rate_seeds = [int(s) for s in (args.rate_seeds or args.seeds).split(",")]
-  config = PipelineConfig(dataset="criteo", data=args.data,
+  config = PipelineConfig.from_fields(dataset="criteo", data=args.data,
                           output=args.output, epochs=args.epochs,
                           batch_size=args.batch_size)
   inputs = study_data.transform_once(config)

@@ -14,8 +14,7 @@ from typing import Tuple
 
 from pipeline.code_fingerprint import REPO_ROOT
 from trainer_module import features
-from trainer_module import hparams
-from trainer_module import scaling
+from trainer_module import options
 from trainer_module import search_space as search_space_lib
 from trainer_module import settings
 
@@ -63,35 +62,53 @@ _ROW_ESTIMATE_SAMPLE_BYTES = 1 << 20
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
+_FLOATS = options.comma_separated(float, "numbers")
+_NAMES = options.comma_separated(str, "names")
+
+
 @dataclasses.dataclass(frozen=True)
-class PipelineConfig:
-  """Everything one pipeline run needs.
+class IngestionSettings:
+  """How raw files become examples and vocabularies (ExampleGen and
+  Transform).
 
   Attributes:
-    dataset: 'criteo' or 'avazu' (selects the spec, schema and defaults).
-    data: a raw file, or a directory whose files are all read.
-    output: DIR holding the pipeline root, the metadata store and the
-      pushed models; re-running with the same DIR reuses cached results.
-    model: one of trainer_module.models.MODELS.
-    batch_size: training batch size (the scaling rule maps the base
-      hyperparameters from the dataset's base batch size to this one).
-    epochs: the most training epochs; early stopping on a validation slice
-      of the train split stops sooner and restores the best epoch.
-    runner: 'beam' (BeamDagRunner) or 'local' (LocalDagRunner).
-    scaling_rule: one of trainer_module.scaling.RULES.
-    cowclip: clip embedding gradients with CowClip.
-    hparams: overrides of the dataset's base hyperparameters. The ones not
-      overridden among scaling.AUTO_KEYS are derived from the training
-      set's size (scaling.auto_base_hparams) when auto_hparams is set.
-    auto_hparams: derive dense_lr, embed_lr and l2 from the data size.
     min_frequency: vocabulary frequency threshold (None: the dataset's
-      threshold for the estimated size of `data`, spec.auto_min_frequency).
-    eval_fraction: share of rows in eval (None: dataset default).
+      threshold for the estimated size of the data, spec.auto_min_frequency).
+    eval_fraction: share of rows in eval (None: the dataset's).
     split: 'hash' (deterministic per row) or 'sequential' (the tail is eval).
     max_bad_fraction: share of malformed rows dropped before failing.
-    skip_foreign_files: skip the files of `data` that are not the dataset's
-      training data (a test file, a readme) instead of refusing them.
-    min_auc: the Evaluator's absolute AUC floor on the overall slice.
+    skip_foreign_files: skip the files of the data that are not the
+      dataset's training data (a test file, a readme) instead of refusing
+      them.
+  """
+  min_frequency: Optional[int] = options.option(
+      None, "vocabulary frequency threshold (default: the dataset's for the "
+      "data's size: Criteo 10 at its 41M training rows, proportionally "
+      "fewer, at least 2; Avazu 2)", parse=int)
+  eval_fraction: Optional[float] = options.option(
+      None, "share of rows in eval (default: Criteo 0.1, Avazu 0.2)",
+      parse=float)
+  split: str = options.option(
+      "hash", "hash: deterministic per row; sequential: the last rows are "
+      "eval (Criteo is in time order)", choices=features.SPLIT_MODES)
+  max_bad_fraction: float = options.option(
+      features.DEFAULT_MAX_BAD_FRACTION, "malformed rows above this share "
+      "fail the run")
+  skip_foreign_files: bool = options.option(
+      False, "skip the files of --data that are not the dataset's training "
+      "data (an unlabelled test file, a readme, an archive), naming them, "
+      "instead of failing")
+
+  def __post_init__(self):
+    options.check_choices(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class GateSettings:
+  """What the Evaluator reports and what it must see to bless a model.
+
+  Attributes:
+    min_auc: the absolute AUC floor on the overall slice.
     calibration_band: (low, high) allowed calibration, overall slice.
     max_auc_drop: allowed AUC drop against the latest blessed model.
     max_logloss_increase: allowed log-loss rise against that model.
@@ -101,109 +118,33 @@ class PipelineConfig:
       (None: the dataset's defaults).
     min_slice_size: slices with fewer eval examples are left out of the
       report (they are noise).
-    frequency_field: 'all' or one categorical feature: what the id-frequency
-      slice buckets examples by.
-    frequency_thresholds: (rare/medium, medium/frequent) training counts.
-    embedding_update: 'dense' (the paper) or 'sparse' (rows in the batch).
-    cowclip_variant: 'paper' or 'reference' threshold formula.
-    model_options: overrides of trainer_module.models.ModelOptions fields.
-    beam_args: extra Beam pipeline arguments.
-    schema_root: directory holding <dataset>/schema.pbtxt (a container path
-      when the pipeline is compiled for Kubeflow).
-    local_metadata: keep ML Metadata in <output>/metadata.sqlite; False on
-      orchestrators that own the store (Kubeflow: the cluster's MySQL).
-    trainer_gpus: accelerators the Trainer's pod requests (0: none).
-    trainer_accelerator: the accelerator type of that request.
-    tune: insert the Tuner (KerasTuner over the base hyperparameters) before
-      the Trainer, which then trains with the best values found.
-    trials: the Tuner's trial budget.
-    tuner: one of trainer_module.tuner.TUNERS.
-    search_space: bounds replacing the default ones, by name (see
-      trainer_module.tuner: [low, high], choices, or a fixed value).
-    tune_model_size: also search embedding_dim, dnn_units and dnn_layers.
-    hparams_from: a directory holding only best_hyperparameters.txt (a
-      Tuner's best_hyperparameters artifact) that the Trainer uses instead
-      of tuning again.
-    stop_after_tuner: end the pipeline at the Tuner (the tuning job).
-    negative_sampling_rate: the share of the train split's non-clicks the
-      Trainer keeps (settings.TrainerSettings.negative_sampling_rate).
-    bias_constraints: slices whose per-bucket calibration bias training
-      constrains (settings.TrainerSettings.bias_constraints).
-    bias_constraint_lr: the constraint multipliers' ascent step.
-    replicas: train the model this many times with different seeds
-      (settings.TrainerSettings.replicas); the Evaluator reports their
-      Prediction Difference.
-    push: settings.PUSH_MODES: with replicas, serve their mean or replica 0.
-    max_pd: the gate's bound on the replicas' Prediction Difference,
-      overall slice (None: no check; needs replicas > 1).
-    distribution, cpu_devices: how training spreads over devices
-      (settings.TrainerSettings.distribution and cpu_devices).
-    seed: the Trainer's and the Tuner's seed
-      (settings.TrainerSettings.seed; None: unseeded).
+    max_pd: the bound on the replicas' Prediction Difference, overall slice
+      (None: no check; needs replicas > 1).
   """
-  dataset: str
-  data: str
-  output: str
-  model: str = settings.DEFAULT_MODEL
-  batch_size: int = settings.DEFAULT_BATCH_SIZE
-  epochs: int = settings.DEFAULT_EPOCHS
-  runner: str = "beam"
-  scaling_rule: str = scaling.DEFAULT_RULE
-  cowclip: bool = True
-  hparams: Mapping[str, float] = dataclasses.field(default_factory=dict)
-  auto_hparams: bool = True
-  min_frequency: Optional[int] = None
-  eval_fraction: Optional[float] = None
-  split: str = "hash"
-  max_bad_fraction: float = features.DEFAULT_MAX_BAD_FRACTION
-  skip_foreign_files: bool = False
-  min_auc: float = DEFAULT_MIN_AUC
-  calibration_band: Tuple[float, float] = DEFAULT_CALIBRATION_BAND
-  max_auc_drop: float = DEFAULT_MAX_AUC_DROP
-  max_logloss_increase: float = DEFAULT_MAX_LOGLOSS_INCREASE
-  max_auc_below_lr: Optional[float] = DEFAULT_MAX_AUC_BELOW_LR
-  slice_features: Optional[Tuple[str, ...]] = None
-  min_slice_size: int = DEFAULT_MIN_SLICE_SIZE
-  frequency_field: str = settings.ALL_FIELDS
-  frequency_thresholds: Tuple[int, int] = (
-      settings.DEFAULT_FREQUENCY_THRESHOLDS)
-  embedding_update: str = settings.DEFAULT_EMBEDDING_UPDATE
-  cowclip_variant: str = settings.DEFAULT_COWCLIP_VARIANT
-  model_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-  beam_args: Tuple[str, ...] = DIRECT_BEAM_ARGS
-  schema_root: str = SCHEMA_ROOT
-  local_metadata: bool = True
-  trainer_gpus: int = 0
-  trainer_accelerator: str = DEFAULT_ACCELERATOR
-  tune: bool = False
-  trials: int = settings.DEFAULT_TRIALS
-  tuner: str = settings.DEFAULT_TUNER
-  search_space: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-  tune_model_size: bool = False
-  hparams_from: Optional[str] = None
-  stop_after_tuner: bool = False
-  negative_sampling_rate: float = settings.DEFAULT_NEGATIVE_SAMPLING_RATE
-  bias_constraints: Tuple[str, ...] = ()
-  bias_constraint_lr: float = settings.DEFAULT_BIAS_CONSTRAINT_LR
-  replicas: int = 1
-  push: str = settings.DEFAULT_PUSH
-  max_pd: Optional[float] = None
-  distribution: str = settings.DEFAULT_DISTRIBUTION
-  cpu_devices: int = 1
-  seed: Optional[int] = None
+  min_auc: float = options.option(DEFAULT_MIN_AUC,
+                                  "AUC floor (overall slice) for pushing")
+  calibration_band: Tuple[float, float] = options.option(
+      DEFAULT_CALIBRATION_BAND, "allowed calibration (mean prediction / mean "
+      "label), overall slice", parse=_FLOATS, metavar="LOW,HIGH")
+  max_auc_drop: float = options.option(
+      DEFAULT_MAX_AUC_DROP, "allowed AUC drop vs the last blessed model")
+  max_logloss_increase: float = options.option(
+      DEFAULT_MAX_LOGLOSS_INCREASE,
+      "allowed log-loss rise vs the last blessed model")
+  max_auc_below_lr: Optional[float] = options.option(
+      DEFAULT_MAX_AUC_BELOW_LR, "allowed AUC shortfall vs the "
+      "logistic-regression baseline trained beside the model (--no-lr-check: "
+      "no check; it is still trained and reported)", none_flag="--no-lr-check")
+  slice_features: Optional[Tuple[str, ...]] = options.option(
+      None, "categorical features to slice the evaluation by (default: per "
+      "dataset)", parse=_NAMES, metavar="F1,F2")
+  min_slice_size: int = options.option(
+      DEFAULT_MIN_SLICE_SIZE, "leave out slices with fewer eval examples")
+  max_pd: Optional[float] = options.option(
+      None, "the replicas' PD on the overall slice may be at most this "
+      "(default: no check)", parse=float)
 
   def __post_init__(self):
-    features.get_spec(self.dataset)  # Fails early on an unknown dataset.
-    if self.runner not in RUNNERS:
-      raise ValueError(f"unknown runner {self.runner!r}; choose from {RUNNERS}")
-    if self.split not in features.SPLIT_MODES:
-      raise ValueError(f"unknown split {self.split!r}; choose from "
-                       f"{features.SPLIT_MODES}")
-    if self.trainer_gpus < 0:
-      raise ValueError(f"trainer_gpus must be >= 0, got {self.trainer_gpus}")
-    if self.trainer_gpus and not self.trainer_accelerator:
-      raise ValueError("trainer_accelerator is empty but trainer_gpus is "
-                       f"{self.trainer_gpus}")
     if self.max_auc_below_lr is not None and not self.max_auc_below_lr >= 0:
       raise ValueError("max_auc_below_lr must be >= 0 (or None: no check), "
                        f"got {self.max_auc_below_lr}")
@@ -211,43 +152,124 @@ class PipelineConfig:
     if not 0 < low < 1 < high:
       raise ValueError(f"calibration band must be (low < 1 < high), got "
                        f"{self.calibration_band}")
+    if self.max_pd is not None and not self.max_pd > 0:
+      raise ValueError(f"max_pd (--max-pd) must be > 0, got {self.max_pd}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunnerSettings:
+  """Where the pipeline runs.
+
+  Attributes:
+    dag_runner: 'beam' (BeamDagRunner) or 'local' (LocalDagRunner).
+    beam_args: the Beam pipeline arguments.
+    schema_root: the directory of the curated schemas.
+    local_metadata: a local ML Metadata store (off in a Kubeflow spec).
+    gpus: GPUs the Trainer's (and Tuner's) pod requests on Kubeflow.
+    gpu_type: their Kubernetes resource name.
+  """
+  dag_runner: str = options.option(
+      "beam", "beam: BeamDagRunner; local: LocalDagRunner", choices=RUNNERS,
+      flag="--runner")
+  beam_args: Tuple[str, ...] = options.option(
+      DIRECT_BEAM_ARGS, "extra Beam pipeline argument (repeatable), e.g. "
+      "--beam-arg=--direct_num_workers=2", flag="--beam-arg", repeat=True)
+  schema_root: str = SCHEMA_ROOT
+  local_metadata: bool = True
+  gpus: int = options.option(0, "GPUs the Trainer's pod requests")
+  gpu_type: str = options.option(
+      DEFAULT_ACCELERATOR, "Kubernetes resource name of the GPUs")
+
+  def __post_init__(self):
+    options.check_choices(self)
+    object.__setattr__(self, "beam_args", tuple(self.beam_args))
+    if self.gpus < 0:
+      raise ValueError(f"gpus must be >= 0, got {self.gpus}")
+    if self.gpus and not self.gpu_type:
+      raise ValueError(f"gpu_type is empty but gpus is {self.gpus}")
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineConfig:
+  """Everything one pipeline run needs: where, and each component's
+  settings (create_pipeline hands each its own).
+
+  Attributes:
+    dataset: 'criteo' or 'avazu' (selects the spec, schema and defaults).
+    data: a raw file, or a directory whose files are all read.
+    output: DIR holding the pipeline root, the metadata store and the
+      pushed models; re-running with the same DIR reuses cached results.
+    ingestion: ExampleGen's and Transform's settings.
+    trainer: the Trainer's (None: the defaults for `dataset`).
+    tuning: whether there is a Tuner, and its search.
+    gate: the Evaluator's.
+    runner: where it runs.
+  """
+  dataset: str
+  data: str
+  output: str
+  ingestion: IngestionSettings = options.group(
+      IngestionSettings, "ingestion", "ExampleGen and Transform")
+  trainer: settings.TrainerSettings = options.group(
+      settings.TrainerSettings, "training", "the Trainer", default=None)
+  tuning: settings.TuningSettings = options.group(
+      settings.TuningSettings, "tuning", "KerasTuner search over the BASE "
+      "hyperparameters (at the base batch size); trials train at "
+      "--batch-size with the scaling rule")
+  gate: GateSettings = options.group(
+      GateSettings, "gate", "what the Evaluator must see to push the model")
+  runner: RunnerSettings = options.group(
+      RunnerSettings, "runner", "where the pipeline runs")
+
+  def __post_init__(self):
+    features.get_spec(self.dataset)  # Fails early on an unknown dataset.
+    if self.trainer is None:
+      object.__setattr__(self, "trainer",
+                         settings.TrainerSettings(dataset=self.dataset))
+    if self.trainer.dataset != self.dataset:
+      raise ValueError(f"the trainer's settings are for "
+                       f"{self.trainer.dataset}, the pipeline's data for "
+                       f"{self.dataset}")
     bad_slices = set(self.eval_slice_features) - set(
         self.spec.int_categorical + self.spec.str_categorical)
     if bad_slices:
       raise ValueError(f"cannot slice by {sorted(bad_slices)}: not raw "
                        f"categorical features of {self.dataset}")
-    if self.max_pd is not None and (self.replicas < 2 or
-                                    not self.max_pd > 0):
+    if self.gate.max_pd is not None and self.trainer.replicas < 2:
       raise ValueError("max_pd (--max-pd) bounds the Prediction Difference "
-                       "between replicas: it needs replicas >= 2 and a "
-                       f"value > 0, got max_pd={self.max_pd}, "
-                       f"replicas={self.replicas}")
-    hparams.check_overrides(self.hparams)
-    self.trainer_settings  # pylint: disable=pointless-statement
+                       "between replicas: it needs replicas >= 2, got "
+                       f"replicas={self.trainer.replicas}")
     self._check_tuning()
 
   def _check_tuning(self) -> None:
-    if self.hparams_from and (self.tune or self.hparams):
+    tuning = self.tuning
+    if tuning.hparams_from and self.trainer.hparams:
       raise ValueError("hparams_from (--hparams-from) brings in tuned values: "
-                       "it cannot be combined with tune (--tune) or with "
-                       "hyperparameter overrides, which it would replace")
-    if self.stop_after_tuner and not self.tune:
-      raise ValueError("stop_after_tuner needs tune")
-    if not self.tune:
-      if self.search_space or self.tune_model_size:
-        raise ValueError("search_space (--search-space) and tune_model_size "
-                         "(--tune-model-size) are only used with tune "
-                         "(--tune)")
+                       "it cannot be combined with hyperparameter overrides, "
+                       "which it would replace")
+    if not tuning.tune:
       return
-    if self.hparams:
-      raise ValueError(f"hyperparameter overrides {sorted(self.hparams)} "
-                       "conflict with tune: the Tuner picks every base value; "
-                       "fix one in the search space instead, e.g. "
+    if self.trainer.hparams:
+      raise ValueError(f"hyperparameter overrides {sorted(self.trainer.hparams)}"
+                       " conflict with tune: the Tuner picks every base "
+                       "value; fix one in the search space instead, e.g. "
                        '{"r": 1.0}')
     search_space_lib.search_space(
-        self.dataset, self.tuning_settings.search_space,
-        self.tune_model_size, source="search_space",
-        model_options=self.trainer_settings.model_options)
+        self.dataset, tuning.search_space, tuning.tune_model_size,
+        source="search_space", model_options=self.trainer.model_options)
+
+  @classmethod
+  def from_fields(cls, dataset: str, data: str, output: str,
+                  **fields: Any) -> "PipelineConfig":
+    """A config from settings named flat (`min_auc=0.5`, `replicas=2`,
+    `embedding_dim=16`): each goes to the group that declares it, as the
+    command-line flags do. Unknown names are refused."""
+    unused = dict(fields)
+    config = options.from_values(cls, unused, dataset=dataset, data=data,
+                                 output=output)
+    if unused:
+      raise ValueError(f"unknown settings {sorted(unused)}")
+    return config
 
   @property
   def spec(self) -> features.DatasetSpec:
@@ -271,12 +293,7 @@ class PipelineConfig:
 
   @property
   def schema_path(self) -> str:
-    return os.path.join(self.schema_root, self.dataset, "schema.pbtxt")
-
-  @property
-  def base_hparams(self) -> Dict[str, float]:
-    """The dataset's base hyperparameters with the user's overrides."""
-    return {**self.spec.base_hparams, **self.hparams}
+    return os.path.join(self.runner.schema_root, self.dataset, "schema.pbtxt")
 
   @functools.cached_property
   def estimated_rows(self) -> Optional[int]:
@@ -289,14 +306,19 @@ class PipelineConfig:
     """The threshold Transform uses: the configured one, else the dataset's
     for the estimated train rows of `data` (its published one when `data`
     cannot be read from here, e.g. a gs:// path at compile time)."""
-    if self.min_frequency is not None:
-      return self.min_frequency
+    if self.ingestion.min_frequency is not None:
+      return self.ingestion.min_frequency
     rows = self.estimated_rows
     if rows is None:
       return self.spec.min_frequency
-    eval_fraction = (self.spec.eval_fraction if self.eval_fraction is None
-                     else self.eval_fraction)
-    return self.spec.auto_min_frequency(round(rows * (1 - eval_fraction)))
+    return self.spec.auto_min_frequency(round(rows * (1 - self.eval_fraction)))
+
+  @property
+  def eval_fraction(self) -> float:
+    """The share of rows in eval: the configured one, else the dataset's."""
+    if self.ingestion.eval_fraction is None:
+      return self.spec.eval_fraction
+    return self.ingestion.eval_fraction
 
   @property
   def transform_config(self) -> Dict[str, object]:
@@ -306,53 +328,18 @@ class PipelineConfig:
 
   @property
   def eval_slice_features(self) -> Tuple[str, ...]:
-    return (self.spec.slice_features if self.slice_features is None
-            else tuple(self.slice_features))
-
-  @property
-  def auto_hparam_keys(self) -> List[str]:
-    """The base hyperparameters run_fn derives from the data size."""
-    if not self.auto_hparams:
-      return []
-    return [k for k in scaling.AUTO_KEYS if k not in self.hparams]
-
-  @functools.cached_property
-  def trainer_settings(self) -> settings.TrainerSettings:
-    """The Trainer's settings (validated when the config is made)."""
-    return settings.TrainerSettings(
-        dataset=self.dataset, model=self.model, batch_size=self.batch_size,
-        epochs=self.epochs, scaling_rule=self.scaling_rule,
-        cowclip=self.cowclip, base_hparams=self.base_hparams,
-        auto_hparams=tuple(self.auto_hparam_keys),
-        embedding_update=self.embedding_update,
-        cowclip_variant=self.cowclip_variant,
-        model_options=self.model_options,
-        frequency_field=self.frequency_field,
-        frequency_thresholds=self.frequency_thresholds,
-        negative_sampling_rate=self.negative_sampling_rate,
-        bias_constraints=tuple(self.bias_constraints),
-        bias_constraint_lr=self.bias_constraint_lr,
-        replicas=self.replicas, push=self.push,
-        distribution=self.distribution, cpu_devices=self.cpu_devices,
-        seed=self.seed)
-
-  @functools.cached_property
-  def tuning_settings(self) -> settings.TuningSettings:
-    """The Tuner's search settings (used with tune)."""
-    return settings.TuningSettings(
-        tuner=self.tuner, trials=self.trials,
-        search_space=self.search_space,
-        tune_model_size=self.tune_model_size)
+    return (self.spec.slice_features if self.gate.slice_features is None
+            else tuple(self.gate.slice_features))
 
   @property
   def trainer_config(self) -> Dict[str, object]:
     """custom_config of the Trainer: recorded in ML Metadata with the run."""
-    return self.trainer_settings.to_custom_config()
+    return self.trainer.to_custom_config()
 
   @property
   def tuner_config(self) -> Dict[str, object]:
     """custom_config of the Tuner: the Trainer's plus the search settings."""
-    return self.tuning_settings.to_custom_config(self.trainer_settings)
+    return self.tuning.to_custom_config(self.trainer)
 
 
 def _lines_per_stored_byte(path: str) -> float:

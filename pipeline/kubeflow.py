@@ -48,8 +48,8 @@ def _require_uri(flag: str, value: str) -> None:
 
 def kubeflow_config(config: PipelineConfig) -> PipelineConfig:
   """`config` as the pods see it: schema in the image, the cluster's MLMD."""
-  return dataclasses.replace(config, schema_root=CONTAINER_SCHEMA_ROOT,
-                             local_metadata=False)
+  return dataclasses.replace(config, runner=dataclasses.replace(
+      config.runner, schema_root=CONTAINER_SCHEMA_ROOT, local_metadata=False))
 
 
 def compile_pipeline(config: PipelineConfig, image: str,
@@ -78,7 +78,7 @@ def compile_pipeline(config: PipelineConfig, image: str,
   if for_local_run:
     config = dataclasses.replace(
         config, data=_absolute(config.data), output=_absolute(config.output),
-        local_metadata=False)
+        runner=dataclasses.replace(config.runner, local_metadata=False))
   else:
     _require_uri("--data", config.data)
     _require_uri("--pipeline-root", config.output)

@@ -144,7 +144,7 @@ def create_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
   same slices, from the candidate only (the latest blessed model is compared
   on the model's output). The gate's check against it is the
   components.lr_gate metric, model AUC minus LR AUC, bounded below by
-  -config.max_auc_below_lr.
+  -config.gate.max_auc_below_lr.
 
   Small slices are computed and left out of the report (min_slice_size)
   rather than dropped with TFMA's Options.min_slice_size: TFMA 0.47 then
@@ -161,7 +161,7 @@ def create_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
     return tfma.GenericValueThreshold(
         **{k: {"value": v} for k, v in values.items()})
 
-  low, high = config.calibration_band
+  low, high = config.gate.calibration_band
   metrics = [tfma.MetricConfig(class_name=name) for name in (
       "ExampleCount", "MeanLabel", "MeanPrediction")]
   # Fine fixed-width buckets: the report merges them by example count into
@@ -178,19 +178,19 @@ def create_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
       module=lr_gate.__name__,
       per_slice_thresholds=(
           on_overall(value_threshold=bounds(
-              lower_bound=-config.max_auc_below_lr))
-          if config.max_auc_below_lr is not None else []))
+              lower_bound=-config.gate.max_auc_below_lr))
+          if config.gate.max_auc_below_lr is not None else []))
   metrics += [
       tfma.MetricConfig(class_name="AUC", per_slice_thresholds=on_overall(
-          value_threshold=bounds(lower_bound=config.min_auc),
+          value_threshold=bounds(lower_bound=config.gate.min_auc),
           change_threshold=tfma.GenericChangeThreshold(
               direction=tfma.MetricDirection.HIGHER_IS_BETTER,
-              absolute={"value": -config.max_auc_drop}))),
+              absolute={"value": -config.gate.max_auc_drop}))),
       tfma.MetricConfig(
           class_name="BinaryCrossEntropy", per_slice_thresholds=on_overall(
               change_threshold=tfma.GenericChangeThreshold(
                   direction=tfma.MetricDirection.LOWER_IS_BETTER,
-                  absolute={"value": config.max_logloss_increase}))),
+                  absolute={"value": config.gate.max_logloss_increase}))),
       tfma.MetricConfig(class_name="Calibration",
                         per_slice_thresholds=on_overall(
                             value_threshold=bounds(lower_bound=low,
@@ -231,7 +231,7 @@ def _prediction_difference_specs(config: PipelineConfig, on_overall, bounds
                                  ) -> List[tfma.MetricsSpec]:
   """Prediction Difference (components.prediction_difference): against the
   baseline model (churn, when there is one) always; with replicas, between
-  them (bounded by config.max_pd on the overall slice when set) and each
+  them (bounded by config.gate.max_pd on the overall slice when set) and each
   replica output's AUC (only AUC: TFMA's cost is per output and combiner,
   docs/benchmark_eval.md). The candidate only: the baseline model has no
   replica outputs."""
@@ -239,20 +239,21 @@ def _prediction_difference_specs(config: PipelineConfig, on_overall, bounds
       class_name=prediction_difference.PredictionDifferenceVsBaseline.__name__,
       module=prediction_difference.__name__)
   specs = [tfma.MetricsSpec(metrics=[churn])]
-  if config.replicas > 1:
+  if config.trainer.replicas > 1:
     replica_pd = tfma.MetricConfig(
         class_name=prediction_difference.ReplicaPredictionDifference.__name__,
         module=prediction_difference.__name__,
-        config=f'"replicas": {config.replicas}',
+        config=f'"replicas": {config.trainer.replicas}',
         per_slice_thresholds=(
-            on_overall(value_threshold=bounds(upper_bound=config.max_pd))
-            if config.max_pd is not None else []))
+            on_overall(value_threshold=bounds(upper_bound=config.gate.max_pd))
+            if config.gate.max_pd is not None else []))
     specs += [
         tfma.MetricsSpec(metrics=[replica_pd],
                          model_names=[tfma.CANDIDATE_KEY]),
         tfma.MetricsSpec(
             metrics=[tfma.MetricConfig(class_name="AUC")],
-            output_names=[replica_output(i) for i in range(config.replicas)],
+            output_names=[replica_output(i)
+                          for i in range(config.trainer.replicas)],
             model_names=[tfma.CANDIDATE_KEY])]
   return specs
 
@@ -269,16 +270,15 @@ def create_pipeline(config: PipelineConfig,
       input_base=input_base,
       input_pattern=pattern,
       dataset=config.dataset,
-      split=config.split,
-      eval_fraction=(config.spec.eval_fraction if config.eval_fraction is None
-                     else config.eval_fraction),
-      max_bad_fraction=config.max_bad_fraction,
-      skip_foreign_files=config.skip_foreign_files)
+      split=config.ingestion.split,
+      eval_fraction=config.eval_fraction,
+      max_bad_fraction=config.ingestion.max_bad_fraction,
+      skip_foreign_files=config.ingestion.skip_foreign_files)
   statistics_gen = StatisticsGen(
       examples=example_gen.outputs["examples"],
       stats_options=create_stats_options(config.estimated_rows))
   multiprocess = multiprocess_beam_args(
-      config.beam_args, config.estimated_rows, os.cpu_count() or 1)
+      config.runner.beam_args, config.estimated_rows, os.cpu_count() or 1)
   if multiprocess:
     statistics_gen.with_beam_pipeline_args(multiprocess)
   schema_gen = tfx.components.ImportSchemaGen(schema_file=config.schema_path)
@@ -308,7 +308,7 @@ def create_pipeline(config: PipelineConfig,
   # The Trainer's base hyperparameters: tuned here, imported from an earlier
   # tuning, or (neither) the config's. run_fn applies the scaling rule.
   hparams_source, hyperparameters = None, None
-  if config.tune:
+  if config.tuning.tune:
     hparams_source = CtrTuner(
         tuner_fn=TUNER_FN,
         examples=example_gen.outputs["examples"],
@@ -316,9 +316,9 @@ def create_pipeline(config: PipelineConfig,
         schema=schema_gen.outputs["schema"],
         custom_config=config.tuner_config)
     hyperparameters = hparams_source.outputs["best_hyperparameters"]
-  elif config.hparams_from:
+  elif config.tuning.hparams_from:
     hparams_source = tfx.dsl.Importer(
-        source_uri=config.hparams_from,
+        source_uri=config.tuning.hparams_from,
         artifact_type=tfx.types.standard_artifacts.HyperParameters
     ).with_id("HyperParametersImporter")
     hyperparameters = hparams_source.outputs["result"]
@@ -329,14 +329,14 @@ def create_pipeline(config: PipelineConfig,
       schema=schema_gen.outputs["schema"],
       hyperparameters=hyperparameters,
       custom_config=config.trainer_config)
-  if config.trainer_gpus:
+  if config.runner.gpus:
     # KubeflowV2DagRunner turns this into the Trainer pod's resource limits
     # (and the Tuner's: its trials train the same model); the local runners
     # ignore it.
-    for node in [trainer] + ([hparams_source] if config.tune else []):
+    for node in [trainer] + ([hparams_source] if config.tuning.tune else []):
       node.with_platform_config(_RESOURCE_SPEC(
           accelerator=_RESOURCE_SPEC.AcceleratorConfig(
-              type=config.trainer_accelerator, count=config.trainer_gpus)))
+              type=config.runner.gpu_type, count=config.runner.gpus)))
   push_destination = tfx.proto.PushDestination(
       filesystem=tfx.proto.PushDestination.Filesystem(
           base_directory=config.serving_dir))
@@ -367,7 +367,7 @@ def create_pipeline(config: PipelineConfig,
                            if component is evaluator else ())
   if until_transform:
     components = components[:components.index(transform) + 1]
-  if config.stop_after_tuner:
+  if config.tuning.stop_after_tuner:
     components = components[:components.index(hparams_source) + 1]
   return tfx.dsl.Pipeline(
       pipeline_name=config.pipeline_name,
@@ -376,8 +376,8 @@ def create_pipeline(config: PipelineConfig,
       enable_cache=True,
       metadata_connection_config=(
           tfx.orchestration.metadata.sqlite_metadata_connection_config(
-              config.metadata_path) if config.local_metadata else None),
-      beam_pipeline_args=list(config.beam_args))
+              config.metadata_path) if config.runner.local_metadata else None),
+      beam_pipeline_args=list(config.runner.beam_args))
 
 
 def local_ir(pipeline: tfx.dsl.Pipeline) -> ir_pb2.Pipeline:

@@ -41,7 +41,7 @@ class InputError(ValueError):
 def check_input(config: PipelineConfig) -> None:
   """Fails before any component starts if there is nothing to read, or
   files that are not the dataset's training data, naming them (unless
-  config.skip_foreign_files: then ExampleGen skips them and says so)."""
+  config.ingestion.skip_foreign_files: then ExampleGen skips them and says so)."""
   path = config.data
   if not os.path.exists(path):
     raise InputError(f"input path {path!r} does not exist")
@@ -55,7 +55,7 @@ def check_input(config: PipelineConfig) -> None:
                      f"{', '.join(os.path.basename(f) for f in files)}")
   try:
     sorted_input = input_files.check_files(files, config.spec,
-                                           config.skip_foreign_files)
+                                           config.ingestion.skip_foreign_files)
   except input_files.ForeignFilesError as error:
     raise InputError(str(error)) from None
   if not sorted_input.data:
@@ -107,7 +107,7 @@ def run_pipeline(config: PipelineConfig) -> metadata.RunOutcome:
   """Runs the whole pipeline for `config` and returns its outcome."""
   check_input(config)
   os.makedirs(config.output, exist_ok=True)
-  runner = (tfx.orchestration.LocalDagRunner() if config.runner == "local"
+  runner = (tfx.orchestration.LocalDagRunner() if config.runner.dag_runner == "local"
             else BeamDagRunnerWithProgress())
   with run_temp_dir():
     runner.run_with_ir(local_ir(create_pipeline(config)))

@@ -22,12 +22,12 @@ def training_hparams(settings: TrainerSettings, tuned: Mapping[str, float],
                      train_examples: Optional[int] = None) -> Dict[str, Any]:
   """Base (auto, possibly tuned) and scaled hyperparameters, as recorded.
 
-  The settings' auto_hparams that were not tuned are derived from
+  The settings' auto_hparam_keys that were not tuned are derived from
   `train_examples` (scaling.auto_base_hparams; not when it is None, e.g. to
   show a tuning result); tuned values replace the others.
   """
   tuned_base = {k: v for k, v in tuned.items() if k in hparams.BY_NAME}
-  auto = [k for k in settings.auto_hparams
+  auto = [k for k in settings.auto_hparam_keys
           if k not in tuned_base] if train_examples else []
   base = scaling.auto_base_hparams(
       settings.base_hparams, settings.reference_examples, train_examples,
@@ -118,13 +118,12 @@ def build_and_compile(settings: TrainerSettings, tuned: Mapping[str, Any],
     training.compile_model(model, training.TrainingConfig(
         **record["scaled"],
         steps_per_epoch=steps_per_epoch(train_examples, settings.batch_size),
-        cowclip=(settings.cowclip and
-                 architecture != models.LOGISTIC_REGRESSION),
-        cowclip_variant=settings.cowclip_variant,
-        embedding_update=settings.embedding_update,
-        bias_constraints=(settings.bias_constraints if
-                          architecture != models.LOGISTIC_REGRESSION else ()),
-        bias_constraint_lr=settings.bias_constraint_lr))
+        # The baseline has no deep embeddings to clip, and is not
+        # constrained.
+        step=(dataclasses.replace(settings.step, cowclip=False,
+                                  bias_constraints=())
+              if architecture == models.LOGISTIC_REGRESSION
+              else settings.step)))
   record.update(vocab_sizes=vocab_sizes, click_rate=click_rate,
                 model_options=dataclasses.asdict(options),
                 distribution={"strategy": distribution.resolve(

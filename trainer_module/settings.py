@@ -20,7 +20,8 @@ import numbers
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from trainer_module import features
-from trainer_module import hparams
+from trainer_module import hparams as hparams_lib
+from trainer_module import options
 from trainer_module import scaling
 
 MODELS = ("deepfm", "wdl", "dcn", "dcnv2", "lr")
@@ -87,9 +88,8 @@ def _check_positive_number(name: str, value, at_most: Optional[float] = None
     raise ValueError(f"{name} must be a number {bound}, got {value!r}")
 
 
-def _check_choice(name: str, value: Any, choices: Tuple[str, ...]) -> None:
-  if value not in choices:
-    raise ValueError(f"unknown {name} {value!r}; choose one of {choices}")
+_INTS = options.comma_separated(int, "integers")
+_NAMES = options.comma_separated(str, "names")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,16 +124,26 @@ class ModelOptions:
     activation: of the DNN layers of every model, one of ACTIVATIONS.
     smelu_beta: SmeLU's half-width beta (> 0): quadratic on [-beta, beta].
   """
-  embedding_dim: int = 10
-  hidden_units: Tuple[int, ...] = (400, 400, 400)
-  cross_layers: int = 3
-  dcnv2_low_rank: Optional[int] = None
+  embedding_dim: int = options.option(10, "size of every field embedding")
+  hidden_units: Tuple[int, ...] = options.option(
+      (400, 400, 400), "DNN layer sizes", parse=_INTS, metavar="U1,U2,...")
+  cross_layers: int = options.option(3, "cross layers of DCN and DCNv2")
+  dcnv2_low_rank: Optional[int] = options.option(
+      None, "DCNv2 mixture of low-rank experts of this rank (default: "
+      "full-matrix cross layers)", parse=int)
   dcnv2_experts: int = 4
   embedding_stddev: float = 1e-2
   dense_initializer: str = "glorot_normal"
-  precision: str = "float32"
-  activation: str = DEFAULT_ACTIVATION
-  smelu_beta: float = DEFAULT_SMELU_BETA
+  precision: str = options.option(
+      "float32", "dtype policy of the DNN/cross layers (mixed_bfloat16 pays "
+      "only with bf16 matrix units, see docs/benchmark.md)",
+      choices=PRECISIONS)
+  activation: str = options.option(
+      DEFAULT_ACTIVATION, "activation of the DNN layers (smelu: the smooth "
+      "ReLU, more reproducible retrains)", choices=ACTIVATIONS)
+  smelu_beta: float = options.option(
+      DEFAULT_SMELU_BETA, "SmeLU's half-width beta (needs --activation "
+      "smelu)")
 
   def __post_init__(self):
     # Accept lists (e.g. from a JSON config) but keep the dataclass hashable.
@@ -154,18 +164,62 @@ class ModelOptions:
       # that is not the default (no flag sets it).
       import keras  # pylint: disable=g-import-not-at-top
       keras.initializers.get(self.dense_initializer)  # Fails if unknown.
-    if self.precision not in PRECISIONS:
-      raise ValueError(f"ModelOptions.precision must be one of {PRECISIONS}, "
-                       f"got {self.precision!r}")
-    if self.activation not in ACTIVATIONS:
-      raise ValueError(f"ModelOptions.activation must be one of "
-                       f"{ACTIVATIONS}, got {self.activation!r}")
-    _check_positive_number("ModelOptions.smelu_beta", self.smelu_beta)
+    options.check_choices(self)
+    _check_positive_number("smelu_beta", self.smelu_beta)
+    if self.smelu_beta != DEFAULT_SMELU_BETA and self.activation != "smelu":
+      raise ValueError("smelu_beta (--smelu-beta) only applies with "
+                       "activation smelu (--activation smelu)")
 
+
+@dataclasses.dataclass(frozen=True)
+class StepOptions:
+  """What the training step does besides the model's gradient
+  (training.CowClipTrainer).
+
+  Attributes:
+    cowclip: clip the deep embedding gradients with CowClip.
+    cowclip_variant: CowClip's threshold formula, one of COWCLIP_VARIANTS.
+    embedding_update: one of EMBEDDING_UPDATES.
+    bias_constraints: slices whose per-bucket calibration bias the training
+      objective constrains (categorical features, or PREDICTED_CTR); () for
+      none. The logistic-regression baseline is trained without them.
+    bias_constraint_lr: the constraint multipliers' gradient-ascent step.
+  """
+  cowclip: bool = options.option(
+      True, "clip the embedding gradients with CowClip (--no-cowclip: do "
+      "not)")
+  cowclip_variant: str = options.option(
+      DEFAULT_COWCLIP_VARIANT, "paper: cnt*max(r*||w||, zeta); reference: "
+      "the authors' code, cnt*r*max(||w||, r*sqrt(d)*zeta)",
+      choices=COWCLIP_VARIANTS)
+  embedding_update: str = options.option(
+      DEFAULT_EMBEDDING_UPDATE, "dense: L2 and Adam on every row every step "
+      "(the paper); sparse: only rows of ids in the batch",
+      choices=EMBEDDING_UPDATES)
+  bias_constraints: Tuple[str, ...] = options.option(
+      (), "constrain the calibration bias (label - prediction) of every "
+      "bucket of these slices in training: categorical features (top ids + "
+      f"other) or '{PREDICTED_CTR}' (batch deciles)", parse=_NAMES,
+      metavar="F1,F2")
+  bias_constraint_lr: float = options.option(
+      DEFAULT_BIAS_CONSTRAINT_LR, "gradient-ascent step of the constraints' "
+      "multipliers")
+
+  def __post_init__(self):
+    object.__setattr__(self, "bias_constraints",
+                       tuple(self.bias_constraints))
+    options.check_choices(self)
+    if len(set(self.bias_constraints)) < len(self.bias_constraints):
+      raise ValueError(f"bias constraints {list(self.bias_constraints)}: "
+                       "each at most once")
+    _check_positive_number("bias_constraint_lr", self.bias_constraint_lr)
 
 @dataclasses.dataclass(frozen=True)
 class TrainerSettings:
   """How the Trainer trains: the typed form of its custom_config.
+
+  Each field is a setting with its flag (options.option), or a nested
+  group of them (the architecture).
 
   Attributes:
     dataset: 'criteo' or 'avazu' (features.DATASETS).
@@ -174,30 +228,25 @@ class TrainerSettings:
       hyperparameters from base_batch_size to it.
     epochs: the most training epochs (early stopping ends sooner).
     scaling_rule: one of scaling.RULES.
-    cowclip: clip the deep embedding gradients with CowClip.
-    base_hparams: the base hyperparameters (hparams.NAMES) at
-      base_batch_size, before the data-size derivation (None: the
-      dataset's published ones).
-    auto_hparams: the members of scaling.AUTO_KEYS derived from the
-      training rows (scaling.auto_base_hparams) unless tuned.
-    embedding_update: one of EMBEDDING_UPDATES.
-    cowclip_variant: one of COWCLIP_VARIANTS.
+    hparams: overrides of the dataset's base hyperparameters (hparams.NAMES,
+      at base_batch_size, before the scaling rule).
+    auto_hparams: derive the members of scaling.AUTO_KEYS that are not
+      overridden (or tuned) from the training rows
+      (scaling.auto_base_hparams).
+    step: the training step's options (CowClip, the embedding update, the
+      bias constraints).
     model_options: the architecture.
     frequency_field: ALL_FIELDS or one categorical feature: what the
       exported model's id-frequency slice buckets examples by.
     frequency_thresholds: (rare/medium, medium/frequent) training counts.
-    base_batch_size: the batch size base_hparams are for (None: the
-      dataset's).
+    base_batch_size: the batch size the base hyperparameters are for (None:
+      the dataset's).
     reference_examples: training rows the published values assume (None:
       the dataset's).
     negative_sampling_rate: p in (0, 1]: the Trainer keeps each non-click
       of the train split with probability p (a hash of the example decides,
       the same rows in every run) and weighs the kept ones 1/p; clicks are
       all kept (input_pipeline.training_data). 1: no sampling.
-    bias_constraints: slices whose per-bucket calibration bias the training
-      objective constrains (categorical features, or PREDICTED_CTR); () for
-      none. The logistic-regression baseline is trained without them.
-    bias_constraint_lr: the constraint multipliers' gradient-ascent step.
     replicas: train the model this many times, identically but for the
       seed (initialisation and data order); their Prediction Difference
       measures reproducibility (Anil et al. 2022, section 5).
@@ -212,58 +261,80 @@ class TrainerSettings:
       still 0..N-1).
   """
   dataset: str
-  model: str = DEFAULT_MODEL
-  batch_size: int = DEFAULT_BATCH_SIZE
-  epochs: int = DEFAULT_EPOCHS
-  scaling_rule: str = scaling.DEFAULT_RULE
-  cowclip: bool = True
-  base_hparams: Optional[Mapping[str, float]] = None
-  auto_hparams: Tuple[str, ...] = scaling.AUTO_KEYS
-  embedding_update: str = DEFAULT_EMBEDDING_UPDATE
-  cowclip_variant: str = DEFAULT_COWCLIP_VARIANT
-  model_options: ModelOptions = ModelOptions()
-  frequency_field: str = ALL_FIELDS
-  frequency_thresholds: Tuple[int, int] = DEFAULT_FREQUENCY_THRESHOLDS
+  model: str = options.option(DEFAULT_MODEL, "the model", choices=MODELS)
+  batch_size: int = options.option(
+      DEFAULT_BATCH_SIZE, "training batch size: the scaling rule maps the "
+      "base hyperparameters to it")
+  epochs: int = options.option(
+      DEFAULT_EPOCHS, "most training epochs; early stopping on a validation "
+      "slice of the train split ends sooner and keeps the best epoch")
+  scaling_rule: str = options.option(
+      scaling.DEFAULT_RULE, "how the base hyperparameters follow the batch "
+      "size", choices=scaling.RULES)
+  hparams: Mapping[str, float] = options.option(
+      {}, "overrides of the dataset's base hyperparameters",
+      keys=tuple((h.name, f"--{h.flag}", f"{h.help}: overrides the "
+                  "dataset's base value (at its base batch size; the "
+                  "scaling rule maps it)") for h in hparams_lib.BASE_HPARAMS))
+  auto_hparams: bool = options.option(
+      True, "derive dense_lr, embed_lr and l2 from the training set's size "
+      "(--no-auto-hparams: use the published base values)")
+  step: StepOptions = options.group(
+      StepOptions, "step", "the training step")
+  model_options: ModelOptions = options.group(
+      ModelOptions, "model", "the architecture (defaults: the CowClip "
+      "reference)")
+  frequency_field: str = options.option(
+      ALL_FIELDS, f"'{ALL_FIELDS}' or one categorical feature: what the "
+      "id-frequency slice buckets examples by")
+  frequency_thresholds: Tuple[int, int] = options.option(
+      DEFAULT_FREQUENCY_THRESHOLDS, "training-count boundaries of the "
+      "rare/medium/frequent buckets", parse=_INTS, metavar="RARE,FREQUENT")
   base_batch_size: Optional[int] = None
   reference_examples: Optional[int] = None
-  negative_sampling_rate: float = DEFAULT_NEGATIVE_SAMPLING_RATE
-  bias_constraints: Tuple[str, ...] = ()
-  bias_constraint_lr: float = DEFAULT_BIAS_CONSTRAINT_LR
-  replicas: int = 1
-  push: str = DEFAULT_PUSH
-  distribution: str = DEFAULT_DISTRIBUTION
-  cpu_devices: int = 1
-  seed: Optional[int] = None
+  negative_sampling_rate: float = options.option(
+      DEFAULT_NEGATIVE_SAMPLING_RATE, "keep each non-click of the train "
+      "split with probability P (0 < P <= 1; 1: all), decided by a hash of "
+      "the example; kept non-clicks weigh 1/P in training. The eval split "
+      "is never sampled", metavar="P")
+  replicas: int = options.option(
+      1, "train the model this many times with different seeds; their "
+      "Prediction Difference is reported by slice (docs/production_pd.md)")
+  push: str = options.option(
+      DEFAULT_PUSH, "with replicas, serve their mean probability (ensemble) "
+      "or replica 0 (single)", choices=PUSH_MODES)
+  distribution: str = options.option(
+      DEFAULT_DISTRIBUTION, "auto: multi-worker when TF_CONFIG lists "
+      "several workers, mirrored over all GPUs (or logical CPU devices) "
+      "when there are several, else none. Each step's batch is split over "
+      "the replicas and gives the one-device update (exact CowClip)",
+      choices=DISTRIBUTIONS)
+  cpu_devices: int = options.option(
+      1, "split the CPU into N logical devices (mirrored training without "
+      "GPUs)", metavar="N")
+  seed: Optional[int] = options.option(
+      None, "seed the Trainer and the Tuner (initialisation, data order, "
+      "random ops; files read in a fixed order): two runs with the same "
+      "seed on the same machine serve the same predictions (default: "
+      "unseeded)", parse=int)
 
   def __post_init__(self):
     spec = features.get_spec(self.dataset)  # Fails on an unknown dataset.
     fill = object.__setattr__  # Frozen: normalise once, here.
-    fill(self, "base_hparams", hparams.check_values(
-        spec.base_hparams if self.base_hparams is None
-        else self.base_hparams, "base_hparams"))
+    fill(self, "hparams", hparams_lib.check_overrides(self.hparams))
     if self.base_batch_size is None:
       fill(self, "base_batch_size", spec.base_batch_size)
     if self.reference_examples is None:
       fill(self, "reference_examples", spec.reference_examples)
     if isinstance(self.model_options, Mapping):
       fill(self, "model_options", ModelOptions(**self.model_options))
-    fill(self, "auto_hparams", tuple(self.auto_hparams))
+    if isinstance(self.step, Mapping):
+      fill(self, "step", StepOptions(**self.step))
     fill(self, "frequency_thresholds", tuple(self.frequency_thresholds))
-    fill(self, "bias_constraints", tuple(self.bias_constraints))
-    _check_choice("model", self.model, MODELS)
-    _check_choice("scaling rule", self.scaling_rule, scaling.RULES)
-    _check_choice("embedding_update", self.embedding_update,
-                  EMBEDDING_UPDATES)
-    _check_choice("CowClip variant", self.cowclip_variant, COWCLIP_VARIANTS)
-    _check_choice("push", self.push, PUSH_MODES)
-    _check_choice("distribution", self.distribution, DISTRIBUTIONS)
+    options.check_choices(self)
     for name in ("batch_size", "epochs", "base_batch_size",
                  "reference_examples", "replicas", "cpu_devices"):
       check_positive_int(name, getattr(self, name))
-    unknown = sorted(set(self.auto_hparams) - set(scaling.AUTO_KEYS))
-    if unknown:
-      raise ValueError(f"cannot derive {unknown} from the data size; auto "
-                       f"keys are {scaling.AUTO_KEYS}")
     if self.frequency_field not in (ALL_FIELDS,) + spec.categorical_features:
       raise ValueError(f"frequency field {self.frequency_field!r} is not "
                        f"'{ALL_FIELDS}' or a categorical feature of "
@@ -275,18 +346,29 @@ class TrainerSettings:
     _check_positive_number("negative_sampling_rate",
                            self.negative_sampling_rate, at_most=1)
     allowed = (PREDICTED_CTR,) + spec.categorical_features
-    unknown = [f for f in self.bias_constraints if f not in allowed]
-    if unknown or len(set(self.bias_constraints)) < len(
-        self.bias_constraints):
-      raise ValueError(f"bias constraints {list(self.bias_constraints)}: "
-                       f"each must be '{PREDICTED_CTR}' or a categorical "
-                       f"feature of {self.dataset}, once; unknown {unknown}")
-    _check_positive_number("bias_constraint_lr", self.bias_constraint_lr)
+    unknown = [f for f in self.step.bias_constraints if f not in allowed]
+    if unknown:
+      raise ValueError(f"bias constraints {list(self.step.bias_constraints)}:"
+                       f" each must be '{PREDICTED_CTR}' or a categorical "
+                       f"feature of {self.dataset}; unknown {unknown}")
     if self.seed is not None and (isinstance(self.seed, bool) or
                                   not isinstance(self.seed, int) or
                                   self.seed < 0):
       raise ValueError(f"seed must be a non-negative integer or None, got "
                        f"{self.seed!r}")
+
+  @property
+  def base_hparams(self) -> Dict[str, float]:
+    """The dataset's base hyperparameters with the overrides."""
+    return hparams_lib.check_values({**self.spec.base_hparams,
+                                     **self.hparams})
+
+  @property
+  def auto_hparam_keys(self) -> Tuple[str, ...]:
+    """The base hyperparameters derived from the data size: those of
+    scaling.AUTO_KEYS not overridden, with auto_hparams."""
+    return tuple(k for k in scaling.AUTO_KEYS
+                 if self.auto_hparams and k not in self.hparams)
 
   @property
   def spec(self) -> features.DatasetSpec:
@@ -295,10 +377,9 @@ class TrainerSettings:
   def to_custom_config(self) -> Dict[str, Any]:
     """The Trainer's custom_config (JSON values)."""
     config = dataclasses.asdict(self)
-    config.update(base_hparams=dict(self.base_hparams),
-                  auto_hparams=list(self.auto_hparams),
+    config.update(hparams=dict(self.hparams),
                   frequency_thresholds=list(self.frequency_thresholds),
-                  bias_constraints=list(self.bias_constraints),
+                  step=_json_options(self.step),
                   model_options=_json_options(self.model_options))
     return config
 
@@ -314,49 +395,78 @@ class TrainerSettings:
     return cls(**{k: v for k, v in config.items() if k in names})
 
 
-def _json_options(options: ModelOptions) -> Dict[str, Any]:
-  """ModelOptions as JSON values: only the fields that differ from the
-  defaults (what the user set), tuples as lists."""
-  default = ModelOptions()
+def _json_options(nested: Any) -> Dict[str, Any]:
+  """Nested options (ModelOptions, StepOptions) as JSON values: only the
+  fields that differ from the defaults (what the user set), tuples as
+  lists."""
+  default = type(nested)()
   return {f.name: (list(v) if isinstance(v, tuple) else v)
-          for f in dataclasses.fields(options)
-          if (v := getattr(options, f.name)) != getattr(default, f.name)}
+          for f in dataclasses.fields(nested)
+          if (v := getattr(nested, f.name)) != getattr(default, f.name)}
 
 
 @dataclasses.dataclass(frozen=True)
 class TuningSettings:
-  """The Tuner's search: custom_config["tuning"] of the CtrTuner.
+  """The Tuner: whether the pipeline has one, and its search
+  (custom_config["tuning"] of the CtrTuner).
 
   Attributes:
+    tune: insert the Tuner (KerasTuner over the base hyperparameters)
+      before the Trainer, which then trains with the best values found.
     tuner: one of TUNERS.
     trials: the trial budget.
     search_space: bounds replacing the default ones, by name (see
       trainer_module.search_space: [low, high], choices, or a fixed value).
+      Its flag names a JSON file (commands.flags reads it).
     tune_model_size: also search embedding_dim, dnn_units and dnn_layers.
+    hparams_from: a directory holding only best_hyperparameters.txt (a
+      Tuner's best_hyperparameters artifact) that the Trainer uses instead
+      of tuning again.
+    stop_after_tuner: end the pipeline at the Tuner (the `tune` command).
   """
   KEY = "tuning"
+  # What the Tuner itself reads; the other fields shape the pipeline.
+  SEARCH_FIELDS = ("tuner", "trials", "search_space", "tune_model_size")
 
-  tuner: str = DEFAULT_TUNER
-  trials: int = DEFAULT_TRIALS
-  search_space: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-  tune_model_size: bool = False
+  tune: bool = options.option(
+      False, "insert the Tuner before the Trainer, which then trains with "
+      "the best values")
+  tuner: str = options.option(DEFAULT_TUNER, "search algorithm",
+                              choices=TUNERS)
+  trials: int = options.option(DEFAULT_TRIALS, "trial budget")
+  search_space: Mapping[str, Any] = options.option(
+      {}, 'bounds replacing the defaults, e.g. {"dense_lr": [1e-4, 1e-2], '
+      '"r": 1.0}: [low, high], choices for sizes, one number to fix a value',
+      metavar="FILE.json", parse=str)  # The flag names the file.
+  tune_model_size: bool = options.option(
+      False, "also search embedding_dim, dnn_units, dnn_layers")
+  hparams_from: Optional[str] = options.option(
+      None, "train with an earlier tuning result instead: a Tuner's "
+      "best_hyperparameters artifact directory or the --output DIR of `tune`",
+      metavar="PATH")
+  stop_after_tuner: bool = False
 
   def __post_init__(self):
-    if self.tuner not in TUNERS:
-      raise ValueError(f"unknown tuner {self.tuner!r}; choose from {TUNERS}")
-    if (isinstance(self.trials, bool) or
-        not isinstance(self.trials, numbers.Integral) or self.trials <= 0):
-      raise ValueError(f"trials must be positive, got {self.trials}")
+    options.check_choices(self)
+    check_positive_int("trials", self.trials)
     object.__setattr__(self, "search_space", dict(self.search_space))
+    if self.hparams_from and self.tune:
+      raise ValueError("hparams_from (--hparams-from) brings in tuned values: "
+                       "it cannot be combined with tune (--tune)")
+    if self.stop_after_tuner and not self.tune:
+      raise ValueError("stop_after_tuner needs tune")
+    if not self.tune and (self.search_space or self.tune_model_size):
+      raise ValueError("search_space (--search-space) and tune_model_size "
+                       "(--tune-model-size) are only used with tune (--tune)")
 
   def to_custom_config(self, trainer: TrainerSettings) -> Dict[str, Any]:
-    """The Tuner's custom_config: the Trainer's plus these settings."""
+    """The Tuner's custom_config: the Trainer's plus the search."""
     return {**trainer.to_custom_config(),
-            self.KEY: dataclasses.asdict(self)}
+            self.KEY: {name: getattr(self, name)
+                       for name in self.SEARCH_FIELDS}}
 
   @classmethod
   def from_custom_config(cls, config: Mapping[str, Any]) -> "TuningSettings":
     if cls.KEY not in config:
       raise ValueError(f"the Tuner's custom_config has no {cls.KEY!r} entry")
-    return cls(**config[cls.KEY])
-
+    return cls(tune=True, **config[cls.KEY])

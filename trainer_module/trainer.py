@@ -24,6 +24,7 @@ import psutil
 import tensorflow as tf
 import tensorflow_transform as tft
 
+from trainer_module import callbacks as callbacks_lib
 from trainer_module import contract
 from trainer_module import distribution
 from trainer_module import models
@@ -57,7 +58,7 @@ def fit(model: models.CTRModel, data: TrainingData, epochs: int,
     The record of the training: history (every epoch run), epochs_run and
     best_epoch (1-based) with its validation metrics, and the bias_shift.
   """
-  stopping = training.early_stopping()
+  stopping = callbacks_lib.early_stopping()
   history = model.fit(distribution.split_by_examples(data.train),
                       validation_data=distribution.split_by_examples(
                           data.validation),
@@ -164,7 +165,7 @@ def train_replicas(settings: TrainerSettings, data: TrainingData,
             train_files, tf_transform_output, settings.spec.label,
             settings.batch_size, data.validation_buckets,
             settings.negative_sampling_rate, replica_seed, data.cached))
-    replica_callbacks = [training.ThroughputLogger(settings.batch_size),
+    replica_callbacks = [callbacks_lib.ThroughputLogger(settings.batch_size),
                          *callbacks]
     if log_dir is not None:
       replica_callbacks.append(keras.callbacks.TensorBoard(log_dir=(

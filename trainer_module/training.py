@@ -1,4 +1,4 @@
-"""The CowClip training step of the CTR models, its optimizers and callbacks.
+"""The CowClip training step of the CTR models and its optimizers.
 
 compile_model(model, config) sets a models.CTRModel up so that
 ``model.fit(dataset_of_(features, label), ...)`` trains it the way the
@@ -44,8 +44,9 @@ CowClip paper and its reference implementation (bytedance/LargeBatchCTR) do:
   and test_step: an example of integer weight w trains exactly as w copies
   of it would (the unsampled batch it stands for). recalibrate_bias weighs
   its rows the same way.
-* A non-finite loss raises NonFiniteLossError during fit (a guard callback
-  CTRModel.fit always adds), rather than exporting a broken model.
+* A non-finite loss raises callbacks.NonFiniteLossError during fit (a
+  guard callback CTRModel.fit always adds), rather than exporting a broken
+  model.
 
 XLA (``jit_compile``, default off, on a GPU too): the dense update compiles
 (tf.unique of the batch's ids has a bounded dynamic shape) and XLA fuses its
@@ -61,30 +62,30 @@ so it runs only when asked for; the sparse update uses tf.unique
 """
 
 import dataclasses
-import math
-import time
-from typing import List, Optional, Tuple
+from typing import List, Tuple
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 from trainer_module import bias_constraints as bias_constraints_lib
+from trainer_module import callbacks as callbacks_lib
 from trainer_module import cowclip
 from trainer_module import distribution
 from trainer_module import hparams
 from trainer_module import optimizers
-from trainer_module import settings
+from trainer_module.settings import StepOptions
 
-EMBEDDING_UPDATES = settings.EMBEDDING_UPDATES
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainingConfig:
-  """How to train: the SCALED hyperparameters plus the step's options.
+  """How to train: the SCALED hyperparameters, the steps per epoch and the
+  step's options (the Trainer's: CowClip and its variant, the embedding
+  update, the bias constraints).
 
   The first six fields are hparams.NAMES, after the scaling rule
-  (``TrainingConfig(**scaled, steps_per_epoch=...)``).
+  (``TrainingConfig(**scaled, steps_per_epoch=..., step=...)``).
 
   Attributes:
     dense_lr: peak Adam learning rate of the dense weights.
@@ -94,14 +95,10 @@ class TrainingConfig:
     zeta: CowClip lower bound of the per-occurrence threshold.
     warmup_epochs: epochs of linear warmup of dense_lr (0: none).
     steps_per_epoch: training steps in one epoch (sets the warmup length).
-    cowclip: clip the deep embedding gradients with CowClip.
-    cowclip_variant: threshold formula, one of settings.COWCLIP_VARIANTS.
-    embedding_update: "dense" (the reference) or "sparse", see module doc.
+    step: the step's options (the logistic-regression baseline's have
+      CowClip and the bias constraints off).
     jit_compile: XLA for the train and test steps; off by default, on a
       GPU too: that path is kernel-checked only (see module doc).
-    bias_constraints: slice features whose per-bucket calibration bias the
-      objective constrains (bias_constraints.py); () for none.
-    bias_constraint_lr: gradient-ascent step of their multipliers.
   """
   dense_lr: float
   embed_lr: float
@@ -110,12 +107,8 @@ class TrainingConfig:
   zeta: float
   warmup_epochs: float
   steps_per_epoch: int
-  cowclip: bool = True
-  cowclip_variant: str = settings.DEFAULT_COWCLIP_VARIANT
-  embedding_update: str = settings.DEFAULT_EMBEDDING_UPDATE
+  step: StepOptions = StepOptions()
   jit_compile: bool = False
-  bias_constraints: Tuple[str, ...] = ()
-  bias_constraint_lr: float = settings.DEFAULT_BIAS_CONSTRAINT_LR
 
   def __post_init__(self):
     for name in hparams.NAMES:
@@ -125,14 +118,7 @@ class TrainingConfig:
         self.steps_per_epoch <= 0):
       raise ValueError("TrainingConfig.steps_per_epoch must be a positive "
                        f"integer, got {self.steps_per_epoch!r}")
-    if self.cowclip_variant not in settings.COWCLIP_VARIANTS:
-      raise ValueError(f"unknown CowClip variant {self.cowclip_variant!r}; "
-                       f"choose one of {settings.COWCLIP_VARIANTS}")
-    if self.embedding_update not in EMBEDDING_UPDATES:
-      raise ValueError(f"unknown embedding_update "
-                       f"{self.embedding_update!r}; choose one of "
-                       f"{EMBEDDING_UPDATES}")
-    if self.embedding_update == "sparse" and self.jit_compile:
+    if self.step.embedding_update == "sparse" and self.jit_compile:
       raise ValueError("sparse embedding updates cannot use XLA "
                        "(jit_compile=True): they need tf.unique, whose "
                        "output shape depends on the batch")
@@ -140,95 +126,6 @@ class TrainingConfig:
   @property
   def warmup_steps(self) -> int:
     return round(self.warmup_epochs * self.steps_per_epoch)
-
-
-class NonFiniteLossError(FloatingPointError):
-  """The training loss became NaN or infinite: the run is unusable."""
-
-
-class NonFiniteLossGuard(keras.callbacks.Callback):
-  """Raises NonFiniteLossError as soon as the training loss is not finite.
-
-  Keras' TerminateOnNaN only stops training, after which the pipeline would
-  export the broken model; an exception fails the run visibly. The logged
-  loss is the running mean of the epoch, so it turns non-finite at the
-  first bad step.
-  """
-
-  def __init__(self):
-    super().__init__()
-    self._epoch = 0
-
-  def on_epoch_begin(self, epoch, logs=None):
-    self._epoch = epoch
-
-  def on_train_batch_end(self, batch, logs=None):
-    loss = (logs or {}).get("loss")
-    if loss is not None and not math.isfinite(float(loss)):
-      raise NonFiniteLossError(
-          f"loss became {float(loss)} at epoch {self._epoch + 1} step "
-          f"{batch + 1}; training stopped so no broken model is exported "
-          "(lower the learning rates, raise l2, or check the input "
-          "features for NaN/inf)")
-
-
-class ThroughputLogger(keras.callbacks.Callback):
-  """Logs training examples/second per epoch (console, logs, TensorBoard).
-
-  The one step timer (the Trainer, the study and the benchmark use it).
-  The rate covers the training steps only (not validation) and leaves out
-  the first ``warmup_steps`` steps of each epoch (the first step of the
-  first epoch traces and compiles the step function); the last, partial
-  batch counts as full. The value is also put into the epoch logs as
-  ``examples_per_second``, so History and a TensorBoard callback placed
-  after this one record it; ``timed_steps`` and ``timed_seconds`` keep the
-  last epoch's measurement.
-  """
-
-  def __init__(self, batch_size: int, log_dir: Optional[str] = None,
-               warmup_steps: int = 1):
-    super().__init__()
-    if warmup_steps < 1:
-      raise ValueError(f"warmup_steps must be >= 1 (the first step "
-                       f"compiles), got {warmup_steps}")
-    self.batch_size = batch_size
-    self.log_dir = log_dir
-    self.warmup_steps = warmup_steps
-    self.timed_steps = 0
-    self.timed_seconds = 0.0
-    self._writer = None
-    self._start = None
-    self._last_step_end = None
-    self._steps = 0
-
-  def on_epoch_begin(self, epoch, logs=None):
-    self._start = None
-    self._steps = 0
-
-  def on_train_batch_end(self, batch, logs=None):
-    now = time.perf_counter()
-    self._steps = batch + 1
-    if self._steps == self.warmup_steps:
-      self._start = now
-    self._last_step_end = now
-
-  def on_epoch_end(self, epoch, logs=None):
-    if self._steps <= self.warmup_steps:
-      return  # Only warm-up steps ran: no meaningful rate.
-    self.timed_steps = self._steps - self.warmup_steps
-    self.timed_seconds = self._last_step_end - self._start
-    rate = self.timed_steps * self.batch_size / self.timed_seconds
-    print(f"Epoch {epoch + 1}: {rate:,.0f} examples/s "
-          f"({self.timed_steps} steps of batch {self.batch_size} in "
-          f"{self.timed_seconds:.2f} s)", flush=True)
-    if logs is not None:
-      logs["examples_per_second"] = rate
-    if self.log_dir:
-      if self._writer is None:
-        self._writer = tf.summary.create_file_writer(self.log_dir)
-      with self._writer.as_default():
-        tf.summary.scalar("examples_per_second", rate, step=epoch)
-      self._writer.flush()
 
 
 class CowClipTrainer:
@@ -268,8 +165,9 @@ class CowClipTrainer:
   def fit(self, *args, **kwargs):
     """keras.Model.fit, always with a NonFiniteLossGuard."""
     callbacks = list(kwargs.pop("callbacks", None) or [])
-    if not any(isinstance(c, NonFiniteLossGuard) for c in callbacks):
-      callbacks.append(NonFiniteLossGuard())
+    if not any(isinstance(c, callbacks_lib.NonFiniteLossGuard)
+               for c in callbacks):
+      callbacks.append(callbacks_lib.NonFiniteLossGuard())
     return super().fit(*args, callbacks=callbacks, **kwargs)
 
   def _maybe_symbolic_build(self, iterator=None, data_batch=None):
@@ -307,7 +205,7 @@ class CowClipTrainer:
     squares = []
     for ids, (_, deep, wide) in zip(field_ids, self.embedding_tables()):
       present = [t for t in (deep, wide) if t is not None]
-      if config.embedding_update == "dense":
+      if config.step.embedding_update == "dense":
         squares += [tf.reduce_sum(tf.square(t)) for t in present]
       else:
         rows, _ = tf.unique(ids)
@@ -348,7 +246,7 @@ class CowClipTrainer:
     for ids, (_, deep, wide) in zip(field_ids, self.embedding_tables()):
       rows, position = tf.unique(ids)
       distinct = tf.size(rows)
-      for table, clip in ((deep, config.cowclip), (wide, False)):
+      for table, clip in ((deep, config.step.cowclip), (wide, False)):
         if table is None:  # The logistic regression has no deep tables.
           continue
         data_gradient = next(data_gradients)
@@ -363,13 +261,13 @@ class CowClipTrainer:
           counts = tf.math.unsorted_segment_sum(
               tf.ones_like(position, grad_rows.dtype) if occurrences is None
               else tf.cast(occurrences, grad_rows.dtype), position, distinct)
-          result = cowclip.clip_rows(grad_rows, counts,
-                                     tf.norm(weights, axis=-1), config.r,
-                                     config.zeta, config.cowclip_variant)
+          result = cowclip.clip_rows(
+              grad_rows, counts, tf.norm(weights, axis=-1), config.r,
+              config.zeta, config.step.cowclip_variant)
           grad_rows = result.gradient
           clipped.append(result.clipped)
           batch_ids.append(result.batch_ids)
-        if config.embedding_update == "dense":
+        if config.step.embedding_update == "dense":
           value = tf.convert_to_tensor(table)
           squares.append(tf.reduce_sum(tf.square(value)))
           gradients.append(tf.tensor_scatter_nd_update(
@@ -449,7 +347,7 @@ class CowClipTrainer:
              self.embedding_tables()], gradients[:len(tables)], weights))
     table_gradients, l2_term, clipped, batch_ids = self.table_gradients(
         field_ids, table_data_gradients, config, global_weights)
-    if config.cowclip:
+    if config.step.cowclip:
       batch_ids = tf.cast(tf.add_n(batch_ids), tf.float32)
       self.clipped_tracker.update_state(
           tf.cast(tf.add_n(clipped), tf.float32) / batch_ids,
@@ -460,7 +358,7 @@ class CowClipTrainer:
     logloss = distribution.global_sum(logloss)
     logs = self._update_metrics(labels, logits, logloss, logloss + l2_term,
                                 weights)
-    if config.cowclip:
+    if config.step.cowclip:
       logs["clipped_fraction"] = self.clipped_tracker.result()
     return distribution.replica_logs(logs)
 
@@ -473,7 +371,7 @@ class CowClipTrainer:
         _summed_log_loss(labels, logits, weights) / total)
     field_ids = [self.field_ids(features, field) for field, _, _ in
                  self.embedding_tables()]
-    if config.embedding_update == "sparse":  # The penalty of their rows.
+    if config.step.embedding_update == "sparse":  # Their rows' penalty.
       field_ids = distribution.gather_columns(field_ids)
     loss = logloss + self._l2_penalty(field_ids, config)
     return distribution.replica_logs(
@@ -523,12 +421,12 @@ def compile_model(model: CowClipTrainer, config: TrainingConfig) -> None:
   if not isinstance(model, CowClipTrainer):
     raise TypeError(f"compile_model needs a models.CTRModel, got "
                     f"{type(model).__name__}")
-  if config.cowclip and any(deep is None
+  if config.step.cowclip and any(deep is None
                            for _, deep, _ in model.embedding_tables()):
     raise ValueError(f"model {model.name!r} has no deep embedding tables, "
                      "the ones CowClip clips: compile it with cowclip=False")
   tables, dense = model.split_variables()
-  if config.embedding_update == "sparse":
+  if config.step.embedding_update == "sparse":
     embedding_optimizer = optimizers.LazyAdam(
         learning_rate=config.embed_lr, unique_indices=True,
         name="embedding_adam")
@@ -545,25 +443,8 @@ def compile_model(model: CowClipTrainer, config: TrainingConfig) -> None:
   model.embedding_optimizer = embedding_optimizer
   model.training_config = config
   model.bias_constraints = (bias_constraints_lib.BiasConstraints(
-      config.bias_constraints, config.bias_constraint_lr)
-                            if config.bias_constraints else None)
-
-
-# Early stopping watches the validation slice's log loss, not `val_loss`,
-# whose L2 term changes with the weights and measures no fit.
-EARLY_STOPPING_MONITOR = "val_logloss"
-# Epochs without a lower validation log loss before training stops.
-EARLY_STOPPING_PATIENCE = 2
-
-
-def early_stopping(patience: int = EARLY_STOPPING_PATIENCE
-                  ) -> keras.callbacks.EarlyStopping:
-  """Keras' EarlyStopping on EARLY_STOPPING_MONITOR that restores the best
-  epoch's weights at the end of training (Keras 3 does so whether or not it
-  stopped early); its ``best_epoch`` is 0-based."""
-  return keras.callbacks.EarlyStopping(
-      monitor=EARLY_STOPPING_MONITOR, mode="min", patience=patience,
-      restore_best_weights=True)
+      config.step.bias_constraints, config.step.bias_constraint_lr)
+                            if config.step.bias_constraints else None)
 
 
 def recalibrate_bias(model: CowClipTrainer, data: tf.data.Dataset) -> float:

@@ -15,7 +15,7 @@ maps them again for its own batch size.
   log ``auc``, Keras prefixes validation metrics) on the validation slice of
   the TRAIN split that run_fn early-stops on (input_pipeline.training_data; the
   eval split stays unseen). Each trial stops early as run_fn does
-  (training.early_stopping), so over-fitting trials end early.
+  (callbacks.early_stopping), so over-fitting trials end early.
 * The component that runs tuner_fn is components.tuner.CtrTuner.
 """
 

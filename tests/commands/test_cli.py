@@ -23,12 +23,12 @@ def test_arguments_become_config():
        "--scaling-rule", "sqrt", "--zeta", "1e-3", "--runner", "local",
        "--beam-arg=--direct_num_workers=2"])
   config = flags.config_from_args(args)
-  assert (config.model, config.batch_size, config.cowclip) == ("dcnv2", 8192,
+  assert (config.trainer.model, config.trainer.batch_size, config.trainer.step.cowclip) == ("dcnv2", 8192,
                                                                 False)
-  assert config.scaling_rule == "sqrt" and config.runner == "local"
-  assert config.base_hparams["zeta"] == 1e-3
-  assert config.base_hparams["dense_lr"] == 1e-4  # Avazu default kept.
-  assert config.beam_args == ("--direct_num_workers=2",)
+  assert config.trainer.scaling_rule == "sqrt" and config.runner.dag_runner == "local"
+  assert config.trainer.base_hparams["zeta"] == 1e-3
+  assert config.trainer.base_hparams["dense_lr"] == 1e-4  # Avazu default kept.
+  assert config.runner.beam_args == ("--direct_num_workers=2",)
   assert config.metadata_path == os.path.join("o", "metadata.sqlite")
 
 
@@ -114,7 +114,7 @@ def test_activation_and_sampling_flags_become_settings():
       ["run", "--dataset", "criteo", "--data", "d", "--output", "o",
        "--activation", "smelu", "--smelu-beta", "0.5",
        "--negative-sampling-rate", "0.25"])
-  settings = flags.config_from_args(args).trainer_settings
+  settings = flags.config_from_args(args).trainer
   assert settings.model_options.activation == "smelu"
   assert settings.model_options.smelu_beta == 0.5
   assert settings.negative_sampling_rate == 0.25
@@ -122,9 +122,9 @@ def test_activation_and_sampling_flags_become_settings():
       "activation": "smelu", "smelu_beta": 0.5}
   default = flags.config_from_args(cli.build_parser().parse_args(
       ["run", "--dataset", "criteo", "--data", "d", "--output", "o"]))
-  assert default.trainer_settings.negative_sampling_rate == 1.0
-  assert default.trainer_settings.model_options.activation == "relu"
-  with pytest.raises(ValueError, match="--smelu-beta only applies"):
+  assert default.trainer.negative_sampling_rate == 1.0
+  assert default.trainer.model_options.activation == "relu"
+  with pytest.raises(ValueError, match="--smelu-beta.* only applies"):
     flags.config_from_args(cli.build_parser().parse_args(
         ["run", "--dataset", "criteo", "--data", "d", "--output", "o",
          "--smelu-beta", "0.5"]))
@@ -139,9 +139,10 @@ def test_study_takes_the_activation_and_the_sampling_rate():
       ["study", "--dataset", "criteo", "--data", "d", "--output", "o",
        "--activation", "smelu", "--smelu-beta", "2",
        "--negative-sampling-rate", "0.5"])
-  assert flags.activation_options(args) == {"activation": "smelu",
-                                            "smelu_beta": 2.0}
-  assert args.negative_sampling_rate == 0.5
+  trainer = flags.config_from_args(args).trainer
+  assert (trainer.model_options.activation,
+          trainer.model_options.smelu_beta) == ("smelu", 2.0)
+  assert (trainer.negative_sampling_rate, trainer.epochs) == (0.5, 1)
 
 
 def test_user_errors_are_one_line_internal_errors_show_the_traceback(

@@ -44,7 +44,7 @@ Component = Tuple[str, str, str, Sequence[Output]]
 
 
 def _config(output_dir: str, **overrides) -> PipelineConfig:
-  return PipelineConfig(dataset="criteo", data=output_dir, output=output_dir,
+  return PipelineConfig.from_fields(dataset="criteo", data=output_dir, output=output_dir,
                         **overrides)
 
 
@@ -113,7 +113,7 @@ def _save_model(config: PipelineConfig, uri: str, weight: float,
   tf.saved_model.save(model, serving, signatures={
       "serving_default": model.serve,
       contract.SLICING_SIGNATURE: model.slicing_features})
-  record = model_building.training_hparams(config.trainer_settings, {})
+  record = model_building.training_hparams(config.trainer, {})
   record.update(train_examples=EXAMPLES, steps_per_epoch=1, history=HISTORY)
   with open(os.path.join(serving, contract.TRAINING_RECORD), "w") as f:
     json.dump(record, f)
@@ -262,7 +262,7 @@ def test_report_shows_candidate_baseline_and_diff_from_tfma(runs):
     assert f"<td>{bucket}</td>" in page
   # The hyperparameters actually used, from training.json.
   record = model_building.training_hparams(
-      _config(output_dir).trainer_settings, {})
+      _config(output_dir).trainer, {})
   assert f"<td>{record['rule']}</td>" in page
   assert f"{record['scaled']['embed_lr']:g}" in page
   for figure in (report.RELIABILITY_FIGURE, report.ID_FREQUENCY_FIGURE,

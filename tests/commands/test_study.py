@@ -16,7 +16,7 @@ from commands import study_evaluation
 from commands import study_results
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_eval_config
-from trainer_module import training
+from trainer_module import callbacks as callbacks_lib
 
 
 def test_cowclip_is_on_exactly_for_the_cowclip_rule():
@@ -44,7 +44,7 @@ def test_unknown_rule_or_model_is_rejected():
 
 
 def test_study_eval_config_is_the_pipelines_cut_to_what_is_reported():
-  config = PipelineConfig(dataset="criteo", data="unused", output="unused")
+  config = PipelineConfig.from_fields(dataset="criteo", data="unused", output="unused")
   full = create_eval_config(config)
   cut = study_evaluation.study_eval_config(config)
   assert list(cut.model_specs) == list(full.model_specs)
@@ -125,7 +125,7 @@ def test_last_epoch_weights_are_the_last_not_the_restored_best():
 def test_replicas_reach_the_eval_config_and_seeds_may_not_share_them():
   """With replicas the study's TFMA config keeps the Evaluator's replica PD
   and per-replica AUC; a run of seed s trains replicas s..s+N-1."""
-  config = PipelineConfig(dataset="criteo", data="unused", output="unused",
+  config = PipelineConfig.from_fields(dataset="criteo", data="unused", output="unused",
                           replicas=2)
   cut = study_evaluation.study_eval_config(config)
   names = [m.class_name for spec in cut.metrics_specs for m in spec.metrics]
@@ -181,7 +181,7 @@ def _row(rule, batch, seed, auc, diverged=False, cowclip=None):
 
 
 def test_a_run_that_trains_like_a_finished_one_reuses_its_row(tmp_path):
-  config = PipelineConfig(dataset="criteo", data="d", output=str(tmp_path),
+  config = PipelineConfig.from_fields(dataset="criteo", data="d", output=str(tmp_path),
                           epochs=2)
   base = config.spec.base_batch_size
   rows = []
@@ -191,7 +191,7 @@ def test_a_run_that_trains_like_a_finished_one_reuses_its_row(tmp_path):
     hparams = study.model_building.training_hparams(
         study.run_config(config, study.StudyRun("deepfm", rule, batch, 1,
                                                 rule == "cowclip")
-                         ).trainer_settings, {}, 50_000)["scaled"]
+                         ).trainer, {}, 50_000)["scaled"]
     row.update(epochs=2, train_examples=50_000,
                **{k: hparams[k] for k in ("dense_lr", "embed_lr", "l2")})
     study_results.append_row(str(tmp_path / "study.csv"), row)
@@ -210,21 +210,22 @@ def test_a_run_that_trains_like_a_finished_one_reuses_its_row(tmp_path):
               study.StudyRun("deepfm", "cowclip", 4 * base, 1, True)):
     assert study.same_training(config, run, rows) is None, run.key
   assert study.same_training(
-      PipelineConfig(dataset="criteo", data="d", output="o", epochs=1),
+      PipelineConfig.from_fields(dataset="criteo", data="d", output="o", epochs=1),
       sqrt_base, rows) is None
 
 
 def test_a_study_dir_refuses_other_study_wide_settings(tmp_path):
   """Runs are found by key; the key does not say the activation, so the
   directory remembers the study-wide settings and refuses others."""
-  config = PipelineConfig(dataset="criteo", data="d",
+  config = PipelineConfig.from_fields(dataset="criteo", data="d",
                           output=str(tmp_path / "s"), epochs=2)
   study.check_study_settings(config)
   # Per-run settings (batch, rule, model) may differ between runs.
   study.check_study_settings(study.run_config(
       config, study.StudyRun("dcn", "sqrt", 4096, 1, False)))
-  smelu = dataclasses.replace(config, model_options={"activation": "smelu"},
-                              negative_sampling_rate=0.5)
+  smelu = dataclasses.replace(config, trainer=dataclasses.replace(
+      config.trainer, model_options={"activation": "smelu"},
+      negative_sampling_rate=0.5))
   with pytest.raises(ValueError) as error:
     study.check_study_settings(smelu)
   message = str(error.value)
@@ -232,7 +233,8 @@ def test_a_study_dir_refuses_other_study_wide_settings(tmp_path):
   assert "model_options" in message and "negative_sampling_rate: 1.0, now 0.5" in message
   for replicas in ({"replicas": 2}, {"replicas": 1, "push": "single"}):
     with pytest.raises(ValueError, match=f"{list(replicas)[-1]}: "):
-      study.check_study_settings(dataclasses.replace(config, **replicas))
+      study.check_study_settings(dataclasses.replace(
+          config, trainer=dataclasses.replace(config.trainer, **replicas)))
 
 
 def test_csv_round_trip_and_bad_values(tmp_path):
@@ -345,7 +347,7 @@ def test_a_run_past_its_best_epoch_is_also_evaluated_at_its_last(
     tmp_path, monkeypatch):
   """The kept model is the best epoch's; the last epoch's is exported and
   evaluated beside it (last_* columns), its bias refitted the same way."""
-  monkeypatch.setattr(training, "early_stopping", lambda: _FirstEpochBest(
+  monkeypatch.setattr(callbacks_lib, "early_stopping", lambda: _FirstEpochBest(
       monitor="val_logloss", mode="min", patience=2,
       restore_best_weights=True))
   data = tmp_path / "data"

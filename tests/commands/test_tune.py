@@ -32,7 +32,7 @@ BEST_VALUES = {"dense_lr": 1e-3, "embed_lr": 1e-4, "l2": 1e-5, "r": 1.0,
 
 
 def _config(**fields):
-  return PipelineConfig(dataset="criteo", data="d", output="o", **fields)
+  return PipelineConfig.from_fields(dataset="criteo", data="d", output="o", **fields)
 
 
 def _parse(*argv):
@@ -45,15 +45,16 @@ def test_tuning_flags_become_config(tmp_path):
   config = _parse("run", "--dataset", "criteo", "--data", "d", "--output",
                   "o", "--tune", "--trials", "3", "--tuner", "bayesian",
                   "--search-space", str(space), "--tune-model-size")
-  assert (config.tune, config.trials, config.tuner) == (True, 3, "bayesian")
-  assert not config.stop_after_tuner and config.tune_model_size
+  assert (config.tuning.tune, config.tuning.trials,
+          config.tuning.tuner) == (True, 3, "bayesian")
+  assert not config.tuning.stop_after_tuner and config.tuning.tune_model_size
   assert config.tuner_config["tuning"] == {
       "tuner": "bayesian", "trials": 3, "tune_model_size": True,
       "search_space": {"dense_lr": [1e-4, 1e-2], "embedding_dim": [8, 16]}}
   assert "tuning" not in config.trainer_config
   job = _parse("tune", "--dataset", "avazu", "--data", "d", "--output", "o")
-  assert job.tune and job.stop_after_tuner
-  assert (job.trials, job.tuner) == (10, "random")
+  assert job.tuning.tune and job.tuning.stop_after_tuner
+  assert (job.tuning.trials, job.tuning.tuner) == (10, "random")
 
 
 def test_tuning_flags_without_tune_fail(tmp_path, capsys):
@@ -82,7 +83,7 @@ def test_bad_search_space_file_fails_naming_it(tmp_path, capsys):
     ({"stop_after_tuner": True}, "stop_after_tuner needs tune"),
     ({"search_space": {"r": 1.0}}, "only used with tune"),
     ({"tune_model_size": True}, "only used with tune"),
-    ({"tune": True, "trials": 0}, "trials must be positive"),
+    ({"tune": True, "trials": 0}, "trials must be a positive integer"),
     ({"tune": True, "tuner": "grid"}, "unknown tuner 'grid'"),
     ({"tune": True, "search_space": {"lr": [1, 2]}}, "unknown hyperparameter"),
 ])
@@ -118,7 +119,7 @@ def test_tuner_feeds_the_trainer():
 
 
 def test_tuner_gets_the_trainers_accelerators():
-  pipeline = create_pipeline(_config(tune=True, trainer_gpus=2))
+  pipeline = create_pipeline(_config(tune=True, gpus=2))
   node = pipeline.components[_ids(pipeline).index("CtrTuner")]
   assert node.platform_config.accelerator.count == 2
 

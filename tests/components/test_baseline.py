@@ -108,7 +108,7 @@ def test_outcome_and_report_skip_baseline_copies():
 
 
 def test_local_runners_never_cache_the_baseline(tmp_path):
-  config = config_lib.PipelineConfig(dataset="criteo", data=str(tmp_path),
+  config = config_lib.PipelineConfig.from_fields(dataset="criteo", data=str(tmp_path),
                                      output=str(tmp_path / "out"))
   ir = pipeline_lib.local_ir(pipeline_lib.create_pipeline(config))
   caching = {node.pipeline_node.node_info.id:

@@ -162,7 +162,7 @@ def _failures(uri):
 
 
 def _config(tmp_path, **gate):
-  return create_eval_config(PipelineConfig(
+  return create_eval_config(PipelineConfig.from_fields(
       dataset="criteo", data=str(tmp_path), output=str(tmp_path),
       min_frequency=2, calibration_band=(0.5, 2.0), **gate))
 

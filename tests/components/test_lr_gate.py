@@ -63,7 +63,7 @@ def _evaluate(tmp_path, model_weight):
       contract.SLICING_SIGNATURE: module.slicing_features})
   data = str(tmp_path / "eval.tfrecord")
   x, noise, labels = _examples(data)
-  config = PipelineConfig(dataset="criteo", data=data, output=str(tmp_path),
+  config = PipelineConfig.from_fields(dataset="criteo", data=data, output=str(tmp_path),
                           min_frequency=2, min_auc=0.5,
                           calibration_band=(0.01, 100.0))
   # The Evaluator's config without change thresholds (no baseline model).

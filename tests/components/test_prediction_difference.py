@@ -63,24 +63,24 @@ def _pd_metrics(config):
 def test_eval_config_bounds_replica_pd_only_when_asked(tmp_path):
   base = dict(dataset="criteo", data=str(tmp_path), output=str(tmp_path),
               min_frequency=2)
-  plain = _pd_metrics(create_eval_config(PipelineConfig(**base)))
+  plain = _pd_metrics(create_eval_config(PipelineConfig.from_fields(**base)))
   # Without replicas: churn against the baseline model only.
   assert [m.class_name for _, m in plain] == [
       pd_lib.PredictionDifferenceVsBaseline.__name__]
-  replicas = create_eval_config(PipelineConfig(**base, replicas=3))
+  replicas = create_eval_config(PipelineConfig.from_fields(**base, replicas=3))
   (_, replica_pd), = [(s, m) for s, m in _pd_metrics(replicas)
                       if m.class_name == "ReplicaPredictionDifference"]
   assert not replica_pd.per_slice_thresholds
   outputs = {o for s in replicas.metrics_specs for o in s.output_names}
   assert {contract.replica_output(i) for i in range(3)} <= outputs
-  gated = create_eval_config(PipelineConfig(**base, replicas=2, max_pd=0.1))
+  gated = create_eval_config(PipelineConfig.from_fields(**base, replicas=2, max_pd=0.1))
   (_, replica_pd), = [(s, m) for s, m in _pd_metrics(gated)
                       if m.class_name == "ReplicaPredictionDifference"]
   (threshold,) = replica_pd.per_slice_thresholds
   assert threshold.threshold.value_threshold.upper_bound.value == 0.1
   assert list(threshold.slicing_specs) == [tfma.SlicingSpec()]
   with pytest.raises(ValueError, match="needs replicas >= 2"):
-    PipelineConfig(**base, max_pd=0.1)
+    PipelineConfig.from_fields(**base, max_pd=0.1)
 
 
 class _Replicas(test_lr_gate._TwoOutputs):  # pylint: disable=protected-access
@@ -153,7 +153,7 @@ def test_tfma_replica_pd_by_slice_and_its_gate(tmp_path, monkeypatch):
 
   results = {}
   for max_pd in (expected[()] * 1.1, expected[()] * 0.9):
-    config = PipelineConfig(dataset="criteo", data=data,
+    config = PipelineConfig.from_fields(dataset="criteo", data=data,
                             output=str(tmp_path), min_frequency=2,
                             min_auc=0.5, calibration_band=(0.01, 100.0),
                             replicas=2, max_pd=max_pd, max_auc_below_lr=None)
@@ -202,7 +202,7 @@ def test_tfma_pd_against_the_baseline_model(tmp_path, monkeypatch):
   served = (1 / (1 + np.exp(-x64)) + 1 / (1 + np.exp(-(x + np.float32(
       0.5) * noise).astype(np.float64)))) / 2
   expected = pd_lib.prediction_difference([served, 1 / (1 + np.exp(-x64))])
-  config = PipelineConfig(dataset="criteo", data=data, output=str(tmp_path),
+  config = PipelineConfig.from_fields(dataset="criteo", data=data, output=str(tmp_path),
                           min_frequency=2, min_auc=0.5,
                           calibration_band=(0.01, 100.0),
                           max_auc_below_lr=None)

@@ -256,7 +256,7 @@ def test_without_gpus_the_trainer_requests_none(tmp_path):
     (["--output", "missing-dir/spec.yaml"], "does not exist"),
     (["--data", "data/criteo.txt"], "--data"),
     (["--pipeline-root", "runs/kfp"], "--pipeline-root"),
-    (["--gpus", "-1"], "trainer_gpus"),
+    (["--gpus", "-1"], "gpus must be >= 0"),
     (["--project", ""], "needs project"),
 ])
 def test_bad_input_is_named(argv, message, tmp_path, monkeypatch):
@@ -271,16 +271,16 @@ def test_output_is_the_spec_file_and_no_run_flag_is_silently_replaced():
   """compile-kubeflow declares its own input flags next to run's others
   (no conflict_handler="resolve": a clash would fail, not hide a flag)."""
   args = parse(["--output", "spec.yaml", *ARGS])
-  assert (args.spec_file, args.output, args.runner) == (
-      "spec.yaml", ROOT, "beam")
+  assert (args.spec_file, args.output) == ("spec.yaml", ROOT)
+  assert kfp.config_from_args(args).runner.dag_runner == "beam"
   with pytest.raises(SystemExit):
     parse(["--output", "spec.yaml", "--runner", "local", *ARGS])
 
 
 def test_beam_args_per_runner():
   assert config_lib.beam_pipeline_args("direct") == config_lib.DIRECT_BEAM_ARGS
-  assert config_lib.PipelineConfig(
-      dataset="criteo", data="d", output="o").beam_args == (
+  assert config_lib.PipelineConfig.from_fields(
+      dataset="criteo", data="d", output="o").runner.beam_args == (
           config_lib.DIRECT_BEAM_ARGS)
   for runner in ("flink", "spark"):
     assert config_lib.beam_pipeline_args(

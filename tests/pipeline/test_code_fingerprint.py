@@ -37,7 +37,7 @@ def _edit(path):
 
 def _fingerprints(**fields):
   """{component id: fingerprint} of create_pipeline, Tuner included."""
-  config = config_lib.PipelineConfig(
+  config = config_lib.PipelineConfig.from_fields(
       **{"dataset": "criteo", "data": "d", "output": "o", "tune": True,
          **fields})
   pipeline = pipeline_lib.create_pipeline(config)
@@ -47,7 +47,7 @@ def _fingerprints(**fields):
 
 
 def _components():
-  config = config_lib.PipelineConfig(dataset="criteo", data="d", output="o",
+  config = config_lib.PipelineConfig.from_fields(dataset="criteo", data="d", output="o",
                                      tune=True)
   return pipeline_lib.create_pipeline(config).components
 

@@ -12,7 +12,7 @@ def test_vocabulary_threshold_follows_the_estimated_data_size(tmp_path):
   assert config_lib.estimate_rows(str(small)) == 5000
   assert config_lib.estimate_rows(str(tmp_path)) == 5000  # A directory.
   assert config_lib.estimate_rows("gs://bucket/train.txt") is None
-  config = config_lib.PipelineConfig(dataset="criteo", data=str(small),
+  config = config_lib.PipelineConfig.from_fields(dataset="criteo", data=str(small),
                                      output=str(tmp_path / "out"))
   # 4,500 train rows: ids need a share of 10 / 41M rows: the floor, 2.
   assert config.transform_config["min_frequency"] == 2
@@ -20,42 +20,42 @@ def test_vocabulary_threshold_follows_the_estimated_data_size(tmp_path):
   assert spec.auto_min_frequency(spec.reference_examples) == 10
   assert spec.auto_min_frequency(spec.reference_examples // 2) == 5
   assert spec.auto_min_frequency(10**10) == 10
-  given = config_lib.PipelineConfig(dataset="criteo", data=str(small),
+  given = config_lib.PipelineConfig.from_fields(dataset="criteo", data=str(small),
                                     output="o", min_frequency=7)
   assert given.transform_config["min_frequency"] == 7
-  remote = config_lib.PipelineConfig(dataset="criteo", data="gs://b/t.txt",
+  remote = config_lib.PipelineConfig.from_fields(dataset="criteo", data="gs://b/t.txt",
                                      output="o")
   assert remote.transform_config["min_frequency"] == 10
 
 
 def test_auto_hparams_skip_the_overridden_keys():
-  config = config_lib.PipelineConfig(dataset="criteo", data="d", output="o",
+  config = config_lib.PipelineConfig.from_fields(dataset="criteo", data="d", output="o",
                                      hparams={"embed_lr": 1e-3})
-  assert config.trainer_config["auto_hparams"] == ["dense_lr", "l2"]
-  off = config_lib.PipelineConfig(dataset="criteo", data="d", output="o",
+  assert config.trainer.auto_hparam_keys == ("dense_lr", "l2")
+  off = config_lib.PipelineConfig.from_fields(dataset="criteo", data="d", output="o",
                                   auto_hparams=False)
-  assert off.trainer_config["auto_hparams"] == []
+  assert off.trainer.auto_hparam_keys == ()
   with pytest.raises(ValueError, match="max_auc_below_lr must be >= 0"):
-    config_lib.PipelineConfig(dataset="criteo", data="d", output="o",
+    config_lib.PipelineConfig.from_fields(dataset="criteo", data="d", output="o",
                               max_auc_below_lr=-0.1)
 
 
 @pytest.mark.parametrize("fields, message", [
     ({"dataset": "kdd"}, "unknown dataset 'kdd'"),
-    ({"runner": "airflow"}, "unknown runner 'airflow'"),
+    ({"dag_runner": "airflow"}, "unknown dag_runner 'airflow'"),
     ({"split": "random"}, "unknown split 'random'"),
     ({"batch_size": 0}, "batch_size must be a positive integer"),
     ({"epochs": 0}, "epochs must be a positive integer"),
     ({"model": "xgboost"}, "unknown model 'xgboost'"),
-    ({"scaling_rule": "cube"}, "unknown scaling rule 'cube'"),
+    ({"scaling_rule": "cube"}, "unknown scaling_rule 'cube'"),
     ({"embedding_update": "lazy"}, "unknown embedding_update 'lazy'"),
-    ({"cowclip_variant": "new"}, "unknown CowClip variant 'new'"),
+    ({"cowclip_variant": "new"}, "unknown cowclip_variant 'new'"),
+    ({"min_auc": 0.5, "typo": 1}, "unknown settings ['typo']"),
     ({"hparams": {"lr": 1.0}}, "unknown hyperparameters ['lr']"),
     ({"hparams": {"l2": -1.0}}, "l2 must be a finite number >= 0"),
     ({"model_options": {"hidden_units": ()}}, "hidden_units must not be empty"),
-    ({"trainer_gpus": -1}, "trainer_gpus must be >= 0"),
-    ({"trainer_gpus": 1, "trainer_accelerator": ""},
-     "trainer_accelerator is empty"),
+    ({"gpus": -1}, "gpus must be >= 0"),
+    ({"gpus": 1, "gpu_type": ""}, "gpu_type is empty"),
     ({"calibration_band": (1.1, 0.9)}, "calibration band must be"),
     ({"frequency_thresholds": (100, 10)}, "0 < rare < frequent"),
     ({"frequency_field": "I1"}, "frequency field 'I1' is not 'all'"),
@@ -63,18 +63,18 @@ def test_auto_hparams_skip_the_overridden_keys():
 ])
 def test_config_rules_name_the_bad_field(fields, message):
   with pytest.raises(ValueError) as error:
-    config_lib.PipelineConfig(**{"dataset": "criteo", "data": "d",
+    config_lib.PipelineConfig.from_fields(**{"dataset": "criteo", "data": "d",
                                  "output": "o", **fields})
   assert message in str(error.value)
 
 
 def test_config_holds_the_trainers_typed_settings():
-  config = config_lib.PipelineConfig(
+  config = config_lib.PipelineConfig.from_fields(
       dataset="avazu", data="d", output="o", model="dcn", batch_size=4096,
       hparams={"r": 2.0}, embedding_update="sparse",
       model_options={"embedding_dim": 16}, frequency_field="banner_pos")
-  settings = config.trainer_settings
-  assert (settings.model, settings.batch_size, settings.embedding_update,
+  settings = config.trainer
+  assert (settings.model, settings.batch_size, settings.step.embedding_update,
           settings.frequency_field) == ("dcn", 4096, "sparse", "banner_pos")
   assert settings.base_hparams == {**config.spec.base_hparams, "r": 2.0}
   assert settings.model_options.embedding_dim == 16

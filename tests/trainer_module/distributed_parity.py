@@ -22,12 +22,13 @@ import tensorflow as tf
 
 from trainer_module import distribution
 from trainer_module import models
+from trainer_module import settings
 from trainer_module import training
 
 VOCAB = {"a": 7, "b": 5}
 BASE = dict(dense_lr=1e-2, embed_lr=3e-2, l2=1e-3, r=0.5, zeta=1e-3,
             warmup_epochs=1.0, steps_per_epoch=3)
-# name -> (architecture, TrainingConfig fields, importance weights)
+# name -> (architecture, StepOptions fields, importance weights)
 CASES = {
     "dense-cowclip-paper": ("deepfm", {}, False),
     "sparse-cowclip-paper": ("deepfm", {"embedding_update": "sparse"}, False),
@@ -71,7 +72,8 @@ def _train(strategy, architecture, fields, weighted):
         architecture, VOCAB, ("x",),
         models.ModelOptions(embedding_dim=3, hidden_units=(8,),
                             cross_layers=1))
-    training.compile_model(model, training.TrainingConfig(**BASE, **fields))
+    training.compile_model(model, training.TrainingConfig(
+        **BASE, step=settings.StepOptions(**fields)))
   initial = {v.path: np.asarray(v.numpy()) for v in model.weights}
   data = _data(weighted).batch(BATCH)
   history = model.fit(data, validation_data=data, epochs=1, verbose=0)

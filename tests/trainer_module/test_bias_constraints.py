@@ -17,7 +17,8 @@ VOCAB = {"a": 14, "b": 5}
 OPTIONS = models.ModelOptions(embedding_dim=3, hidden_units=(8,))
 CONFIG = training.TrainingConfig(
     dense_lr=1e-2, embed_lr=3e-2, l2=1e-4, r=0.5, zeta=1e-3,
-    warmup_epochs=0.0, steps_per_epoch=4, cowclip=False)
+    warmup_epochs=0.0, steps_per_epoch=4,
+    step=settings.StepOptions(cowclip=False))
 
 
 def _sigmoid(z):
@@ -124,8 +125,8 @@ def _model(config):
 
 
 def test_train_step_descends_the_term_and_ascends_the_multipliers():
-  config = dataclasses.replace(CONFIG, bias_constraints=(
-      "a", settings.PREDICTED_CTR), bias_constraint_lr=5.0)
+  config = dataclasses.replace(CONFIG, step=dataclasses.replace(CONFIG.step, bias_constraints=(
+      "a", settings.PREDICTED_CTR), bias_constraint_lr=5.0))
   model = _model(config)
   features, labels = _batch(0)
   constraints = model.bias_constraints
@@ -135,7 +136,7 @@ def test_train_step_descends_the_term_and_ascends_the_multipliers():
   # At zero multipliers the step is the plain one; the multipliers then
   # move by lr * the batch's residuals (before the weights moved).
   model.train_on_batch(features, labels)
-  for name in config.bias_constraints:
+  for name in config.step.bias_constraints:
     np.testing.assert_allclose(constraints.multipliers[name].numpy(),
                                5.0 * residuals[name].numpy(), rtol=1e-4,
                                atol=1e-6)
@@ -162,7 +163,7 @@ def test_train_step_descends_the_term_and_ascends_the_multipliers():
 
 
 def test_multipliers_are_not_model_weights_nor_saved(tmp_path):
-  model = _model(dataclasses.replace(CONFIG, bias_constraints=("a",)))
+  model = _model(dataclasses.replace(CONFIG, step=dataclasses.replace(CONFIG.step, bias_constraints=("a",))))
   features, labels = _batch(1)
   model.train_on_batch(features, labels)
   multiplier = model.bias_constraints.multipliers["a"]
@@ -179,8 +180,8 @@ def test_constraints_pull_bucket_bias_toward_zero():
   have different click rates) at the default ascent step, the variance
   over a's ids of (label - prediction) on held-out rows is lower."""
   features, labels = _batch(2, rows=4096)
-  config = dataclasses.replace(CONFIG, bias_constraints=("a",))
-  assert config.bias_constraint_lr == settings.DEFAULT_BIAS_CONSTRAINT_LR
+  config = dataclasses.replace(CONFIG, step=dataclasses.replace(CONFIG.step, bias_constraints=("a",)))
+  assert config.step.bias_constraint_lr == settings.DEFAULT_BIAS_CONSTRAINT_LR
   spreads = {}
   for name, cfg in (("plain", CONFIG), ("constrained", config)):
     model = _model(cfg)
@@ -194,14 +195,15 @@ def test_constraints_pull_bucket_bias_toward_zero():
 
 
 def test_settings_validate_bias_constraints():
-  ok = settings.TrainerSettings(dataset="criteo", bias_constraints=[
-      "C1", settings.PREDICTED_CTR])
-  assert ok.bias_constraints == ("C1", settings.PREDICTED_CTR)
+  ok = settings.TrainerSettings(dataset="criteo", step={
+      "bias_constraints": ["C1", settings.PREDICTED_CTR]})
+  assert ok.step.bias_constraints == ("C1", settings.PREDICTED_CTR)
   assert settings.TrainerSettings.from_custom_config(
       ok.to_custom_config()) == ok
   with pytest.raises(ValueError, match="'I1'"):
-    settings.TrainerSettings(dataset="criteo", bias_constraints=("I1",))
+    settings.TrainerSettings(dataset="criteo",
+                             step={"bias_constraints": ("I1",)})
   with pytest.raises(ValueError, match="once"):
-    settings.TrainerSettings(dataset="criteo", bias_constraints=("C1", "C1"))
+    settings.StepOptions(bias_constraints=("C1", "C1"))
   with pytest.raises(ValueError, match="bias_constraint_lr"):
-    settings.TrainerSettings(dataset="criteo", bias_constraint_lr=0.0)
+    settings.StepOptions(bias_constraint_lr=0.0)

@@ -161,13 +161,17 @@ def _data(weighted: bool) -> tf.data.Dataset:
 def steps(name: str, options=OPTIONS, weighted: bool = False,
           strategy=None, **config):
   """The concrete train and test functions Keras' fit and evaluate run for
-  model ``name`` compiled with CONFIG updated by ``config`` (in
-  ``strategy``'s scope, on its distributed input, if given)."""
+  model ``name`` compiled with CONFIG updated by ``config`` (its step's
+  options among them; in ``strategy``'s scope, on its distributed input, if
+  given)."""
   strategy = strategy or tf.distribute.get_strategy()
   with strategy.scope():
     keras.utils.set_random_seed(0)
     model = models.build_model(name, VOCAB, DENSE, options)
-    training.compile_model(model, dataclasses.replace(CONFIG, **config))
+    step = {k: config.pop(k) for k in list(config)
+            if k in settings.StepOptions.__dataclass_fields__}
+    training.compile_model(model, dataclasses.replace(
+        CONFIG, step=dataclasses.replace(CONFIG.step, **step), **config))
   model.make_train_function()
   model.make_test_function()
   iterator = iter(strategy.experimental_distribute_dataset(_data(weighted)))
@@ -234,7 +238,7 @@ def test_a_gpu_does_not_turn_xla_on(monkeypatch):
   for update in settings.EMBEDDING_UPDATES:
     model = models.build_model("deepfm", VOCAB, DENSE, OPTIONS)
     training.compile_model(model, dataclasses.replace(
-        CONFIG, embedding_update=update))
+        CONFIG, step=settings.StepOptions(embedding_update=update)))
     assert model.jit_compile is False
 
 

@@ -52,7 +52,7 @@ def test_deepfm_with_cowclip_at_batch_8192_beats_chance(tmp_path):
       "deepfm", {f: int(v.max()) + 1 for f, v in ids.items()}, (),
       models.ModelOptions(hidden_units=(128, 128)))
   training.compile_model(model, training.TrainingConfig(
-      **hparams, steps_per_epoch=steps_per_epoch, cowclip=True))
+      **hparams, steps_per_epoch=steps_per_epoch))
   model.fit({f: v[train] for f, v in ids.items()}, labels[train],
             batch_size=BATCH_SIZE, epochs=3, verbose=0)
 

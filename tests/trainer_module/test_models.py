@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 from trainer_module import models
+from trainer_module import settings
 from trainer_module import training
 
 VOCAB = {"C1": 7, "C2": 5, "C3": 11}
@@ -254,7 +255,8 @@ def test_trains_then_exports_identical_outputs(name, tmp_path):
   model = models.build_model(name, VOCAB, DENSE, options)
   training.compile_model(model, training.TrainingConfig(
       dense_lr=1e-2, embed_lr=1e-2, l2=1e-5, r=1.0, zeta=1e-5,
-      warmup_epochs=1.0, steps_per_epoch=4, cowclip=name != "lr"))
+      warmup_epochs=1.0, steps_per_epoch=4,
+      step=settings.StepOptions(cowclip=name != "lr")))
   features = _features(256)
   data = tf.data.Dataset.from_tensor_slices(
       (features, _learnable_labels(features))).batch(64)
@@ -292,4 +294,4 @@ def test_logistic_regression_is_the_linear_part_alone():
   with pytest.raises(ValueError, match="no deep embedding tables"):
     training.compile_model(model, training.TrainingConfig(
         dense_lr=1e-2, embed_lr=1e-2, l2=1e-5, r=1.0, zeta=1e-5,
-        warmup_epochs=1.0, steps_per_epoch=4, cowclip=True))
+        warmup_epochs=1.0, steps_per_epoch=4))

@@ -335,7 +335,7 @@ def test_study_evaluation_of_replicas_reports_their_pd(criteo_run, tmp_path):
   with tf.io.TFRecordWriter(eval_file) as writer:
     for row in rows:
       writer.write(_example(row))
-  config = PipelineConfig(dataset="criteo", data="unused",
+  config = PipelineConfig.from_fields(dataset="criteo", data="unused",
                           output=str(tmp_path), replicas=2, min_slice_size=1)
   row = study_evaluation.metrics_row(study_evaluation.tfma_metrics(
       export_dir, study_evaluation.study_eval_config(config), eval_file,

@@ -3,12 +3,12 @@ self-ensemble (the exported signature: test_preprocessing's
 test_criteo_export_serves_the_mean_and_every_replica, on its Transform
 output)."""
 
-import argparse
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from commands import cli
 from commands import flags
 from pipeline.config import PipelineConfig
 from trainer_module import contract
@@ -31,31 +31,33 @@ def test_settings_round_trip_and_validation():
 
 
 def _run_args(*extra):
-  parser = argparse.ArgumentParser()
-  flags.add_run_arguments(parser)
-  return parser.parse_args(["--dataset", "criteo", "--data", "/tmp/x",
-                            "--output", "/tmp/o", *extra])
+  return cli.build_parser().parse_args(
+      ["run", "--dataset", "criteo", "--data", "/tmp/x", "--output", "/tmp/o",
+       *extra])
 
 
 def test_flags_reach_the_config_and_the_trainer_settings():
   config = flags.config_from_args(_run_args(
       "--replicas", "2", "--push", "single", "--max-pd", "0.15",
       "--min-frequency", "2"))
-  assert (config.replicas, config.push, config.max_pd) == (2, "single", 0.15)
+  assert (config.trainer.replicas, config.trainer.push,
+          config.gate.max_pd) == (2, "single", 0.15)
   custom = config.trainer_config
   assert (custom["replicas"], custom["push"]) == (2, "single")
   default = flags.config_from_args(_run_args("--min-frequency", "2"))
-  assert (default.replicas, default.push, default.max_pd, default.seed) == (
-      1, "ensemble", None, None)
+  assert (default.trainer.replicas, default.trainer.push,
+          default.gate.max_pd, default.trainer.seed) == (1, "ensemble", None,
+                                                         None)
   seeded = flags.config_from_args(_run_args("--seed", "3",
                                             "--min-frequency", "2"))
   assert seeded.trainer_config["seed"] == 3
   with pytest.raises(ValueError, match="max_pd .* needs replicas >= 2"):
     flags.config_from_args(_run_args("--max-pd", "0.1",
                                      "--min-frequency", "2"))
-  with pytest.raises(ValueError, match="a value > 0"):
-    PipelineConfig(dataset="criteo", data="/tmp/x", output="/tmp/o",
-                   min_frequency=2, replicas=2, max_pd=0.0)
+  with pytest.raises(ValueError, match="must be > 0"):
+    PipelineConfig.from_fields(dataset="criteo", data="/tmp/x",
+                               output="/tmp/o", min_frequency=2, replicas=2,
+                               max_pd=0.0)
 
 
 def test_served_probability_is_the_replicas_mean_or_replica_zero():

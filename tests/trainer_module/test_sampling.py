@@ -15,6 +15,7 @@ from trainer_module import input_pipeline
 from trainer_module import models
 from trainer_module import trainer
 from trainer_module import training
+from trainer_module.settings import StepOptions
 from trainer_module.settings import TrainerSettings
 
 # Field "a" of the calibration test's logistic regression.
@@ -186,7 +187,8 @@ def test_weighted_training_on_sampled_data_stays_calibrated(tmp_path):
     model = models.build_model("lr", {"a": VOCAB["a"]}, ())
     training.compile_model(model, training.TrainingConfig(
         dense_lr=0.05, embed_lr=0.05, l2=0.0, r=1.0, zeta=1e-5,
-        warmup_epochs=0.0, steps_per_epoch=1, cowclip=False))
+        warmup_epochs=0.0, steps_per_epoch=1,
+        step=StepOptions(cowclip=False)))
     # Full-batch steps: the optimum of the loss, without minibatch noise.
     model.fit(tf.data.Dataset.from_tensor_slices(
         ({"a": kept_ids}, kept_labels, sample_weights)).batch(

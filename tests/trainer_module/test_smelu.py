@@ -66,7 +66,7 @@ def test_rejects_a_non_positive_beta():
     models.SmeLU(0.0)
   with pytest.raises(ValueError, match="smelu_beta must be a number > 0"):
     models.ModelOptions(activation="smelu", smelu_beta=-1.0)
-  with pytest.raises(ValueError, match="activation must be one of"):
+  with pytest.raises(ValueError, match="unknown activation 'gelu'"):
     models.ModelOptions(activation="gelu")
 
 
@@ -115,7 +115,9 @@ def test_every_model_builds_with_smelu_in_its_dnn(name, tmp_path):
 
 def test_relu_stays_the_default_dnn():
   model = models.build_model("deepfm", VOCAB, DENSE,
-                             dataclasses.replace(SMELU, activation="relu"))
+                             dataclasses.replace(
+                                 SMELU, activation="relu",
+                                 smelu_beta=settings.DEFAULT_SMELU_BETA))
   assert not any(isinstance(l, models.SmeLU) for l in model.dnn.layers)
   assert [l.name for l in model.dnn.layers] == ["dnn_0", "dnn_1"]
   assert settings.ModelOptions().activation == "relu"

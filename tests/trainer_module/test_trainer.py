@@ -38,8 +38,8 @@ def test_training_hparams_scale_tuned_base_values():
   config = TrainerSettings(
       dataset="criteo", scaling_rule="cowclip", base_batch_size=1024,
       batch_size=8192,
-      base_hparams={"dense_lr": 8e-4, "embed_lr": 1e-4, "l2": 1e-5,
-                    "r": 1.0, "zeta": 1e-5, "warmup_epochs": 1.0})
+      hparams={"dense_lr": 8e-4, "embed_lr": 1e-4, "l2": 1e-5,
+               "r": 1.0, "zeta": 1e-5, "warmup_epochs": 1.0})
   record = model_building.training_hparams(config, {"dense_lr": 1e-3,
                                              "embedding_dim": 16})
   assert record["base"]["dense_lr"] == 1e-3
@@ -86,8 +86,9 @@ def test_training_hparams_derive_auto_keys_from_the_data_size():
           "zeta": 1e-5, "warmup_epochs": 1.0}
   config = TrainerSettings(
       dataset="criteo", scaling_rule="cowclip", base_batch_size=1024,
-      batch_size=2048, base_hparams=base, auto_hparams=["embed_lr", "l2"],
+      batch_size=2048, hparams={"dense_lr": 8e-4},  # Overridden: not auto.
       reference_examples=40_000_000)
+  assert config.base_hparams == base
   record = model_building.training_hparams(config, {"l2": 3e-4}, 400_000)
   # 100x fewer rows: embed_lr x 100 ** 0.8; l2 was tuned, so it stays.
   assert record["auto"] == ["embed_lr"]

@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from trainer_module import callbacks as callbacks_lib
 from trainer_module import cowclip
 from trainer_module import models
 from trainer_module import optimizers
+from trainer_module import settings
 from trainer_module import training
 
 VOCAB = {"a": 7, "b": 5}
@@ -77,12 +79,12 @@ def test_training_config_validates():
     dataclasses.replace(CONFIG, l2=float("nan"))
   with pytest.raises(ValueError, match="steps_per_epoch"):
     dataclasses.replace(CONFIG, steps_per_epoch=0)
-  with pytest.raises(ValueError, match="CowClip variant 'clip'"):
-    dataclasses.replace(CONFIG, cowclip_variant="clip")
+  with pytest.raises(ValueError, match="cowclip_variant 'clip'"):
+    dataclasses.replace(CONFIG, step=dataclasses.replace(CONFIG.step, cowclip_variant="clip"))
   with pytest.raises(ValueError, match="embedding_update 'lazy'"):
-    dataclasses.replace(CONFIG, embedding_update="lazy")
+    dataclasses.replace(CONFIG, step=dataclasses.replace(CONFIG.step, embedding_update="lazy"))
   with pytest.raises(ValueError, match="XLA"):
-    dataclasses.replace(CONFIG, embedding_update="sparse", jit_compile=True)
+    dataclasses.replace(CONFIG, jit_compile=True, step=dataclasses.replace(CONFIG.step, embedding_update="sparse"))
   assert CONFIG.warmup_steps == 4
 
 
@@ -165,7 +167,7 @@ def test_dense_step_applies_clipped_embedding_gradients_only(jit_compile):
 
 
 def test_cowclip_off_leaves_embedding_gradients_unclipped():
-  model = _model(dataclasses.replace(CONFIG, cowclip=False))
+  model = _model(dataclasses.replace(CONFIG, step=dataclasses.replace(CONFIG.step, cowclip=False)))
   features, labels = _batch(0)
   deep = model.embedding_tables()[0][1]
   before = _np(deep)
@@ -179,7 +181,7 @@ def test_cowclip_off_leaves_embedding_gradients_unclipped():
 
 
 def test_sparse_step_touches_only_rows_in_the_batch():
-  model = _model(dataclasses.replace(CONFIG, embedding_update="sparse"))
+  model = _model(dataclasses.replace(CONFIG, step=dataclasses.replace(CONFIG.step, embedding_update="sparse")))
   assert isinstance(model.embedding_optimizer, optimizers.LazyAdam)
   features, labels = _batch(0, a_ids=(0, 1, 2, 3))
   field, deep, wide = model.embedding_tables()[0]
@@ -243,10 +245,9 @@ def test_lazy_adam_matches_numpy_row_wise_adam():
   np.testing.assert_array_equal(after[1][[0, 2, 4]], after[0][[0, 2, 4]])
 
 
-@pytest.mark.parametrize("update", training.EMBEDDING_UPDATES)
+@pytest.mark.parametrize("update", settings.EMBEDDING_UPDATES)
 def test_dense_and_sparse_updates_both_train(update):
-  model = _model(dataclasses.replace(CONFIG, embedding_update=update,
-                                     steps_per_epoch=8))
+  model = _model(dataclasses.replace(CONFIG, steps_per_epoch=8, step=dataclasses.replace(CONFIG.step, embedding_update=update)))
   features, labels = _batch(3, rows=256, a_ids=tuple(range(7)))
   data = tf.data.Dataset.from_tensor_slices((features, labels)).batch(32)
   before = model.evaluate(data, verbose=0, return_dict=True)
@@ -266,7 +267,7 @@ def test_non_finite_loss_raises_with_epoch_and_step():
   features, labels = _batch(0, rows=32)
   features["x"][20] = np.nan  # In the third batch of 8.
   data = tf.data.Dataset.from_tensor_slices((features, labels)).batch(8)
-  with pytest.raises(training.NonFiniteLossError,
+  with pytest.raises(callbacks_lib.NonFiniteLossError,
                      match="loss became nan at epoch 1 step 3"):
     model.fit(data, epochs=2, verbose=0)
 
@@ -303,7 +304,7 @@ def test_unit_sample_weights_change_nothing_and_the_loss_is_a_weighted_mean():
 def test_a_weighted_step_trains_as_the_batch_with_copies(update):
   """Integer weight w == the example w times: loss, metrics, CowClip counts
   and the Adam updates of every weight."""
-  config = dataclasses.replace(CONFIG, embedding_update=update, r=0.05)
+  config = dataclasses.replace(CONFIG, r=0.05, step=dataclasses.replace(CONFIG.step, embedding_update=update))
   features, labels = _batch(0, rows=12)
   weights = np.where(labels > 0, 1.0, 3.0).astype(np.float32)
   repeat = weights.astype(int)
@@ -357,7 +358,7 @@ def test_throughput_logger_logs_examples_per_second(tmp_path, capsys):
   features, labels = _batch(0, rows=32)
   data = tf.data.Dataset.from_tensor_slices((features, labels)).batch(8)
   history = model.fit(data, epochs=2, verbose=0, callbacks=[
-      training.ThroughputLogger(8, log_dir=str(tmp_path))])
+      callbacks_lib.ThroughputLogger(8, log_dir=str(tmp_path))])
   rates = history.history["examples_per_second"]
   assert len(rates) == 2 and all(r > 0 for r in rates)
   assert "Epoch 2:" in capsys.readouterr().out
@@ -372,7 +373,7 @@ def test_throughput_logger_times_the_steps_after_the_warmup(capsys):
   model = _model()
   features, labels = _batch(0, rows=48)
   data = tf.data.Dataset.from_tensor_slices((features, labels)).batch(8)
-  logger = training.ThroughputLogger(8, warmup_steps=2)
+  logger = callbacks_lib.ThroughputLogger(8, warmup_steps=2)
   history = model.fit(data, epochs=1, verbose=0, callbacks=[logger])
   # 6 steps, 2 of them warm-up: 4 timed.
   assert logger.timed_steps == 4 and logger.timed_seconds > 0
@@ -380,7 +381,7 @@ def test_throughput_logger_times_the_steps_after_the_warmup(capsys):
       4 * 8 / logger.timed_seconds)
   assert "(4 steps of batch 8" in capsys.readouterr().out
   with pytest.raises(ValueError, match="warmup_steps must be >= 1"):
-    training.ThroughputLogger(8, warmup_steps=0)
+    callbacks_lib.ThroughputLogger(8, warmup_steps=0)
 
 
 def test_fused_adam_matches_keras_adam():
@@ -441,7 +442,7 @@ def test_recalibrate_bias_matches_mean_prediction_to_click_rate():
 
 
 def test_logistic_regression_trains_without_deep_tables():
-  config = dataclasses.replace(CONFIG, cowclip=False)
+  config = dataclasses.replace(CONFIG, step=dataclasses.replace(CONFIG.step, cowclip=False))
   model = _model(config, name="lr")
   wide_before = [_np(w).copy() for _, _, w in model.embedding_tables()]
   features, labels = _batch(0)
