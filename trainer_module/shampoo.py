@@ -37,6 +37,11 @@ Update t (1-based) of a variable W with gradient g:
 The momentum is bias-corrected like Adam's, so that before preconditioning
 starts the step has Adam's size from the first update on.
 
+block_size 128 and a ridge relative to the largest eigenvalue are the
+settings of the authors' implementation (google-research/scalable_shampoo,
+README); the block size of the paper's Criteo (DLRM) run was not found.
+Dimensions are cut evenly rather than into 128s and a remainder.
+
 The statistics are float64: a block's smallest kept eigenvalues are
 matrix_epsilon (1e-6) times its largest, below the rounding of a float32
 running sum of G G^T. The roots are float32: they multiply the gradient.
@@ -178,7 +183,8 @@ class Shampoo(optimizers.GlobalGradients, keras.optimizers.Optimizer):
     block_size: largest block side; larger dimensions are cut evenly.
     precondition_every: updates between recomputations of the roots.
     start_preconditioning_step: first update (1-based) that uses Shampoo's
-      direction; Adam's before, while the statistics fill.
+      direction; Adam's before, while the statistics fill (25: the
+      authors' examples).
     nesterov: Nesterov momentum.
   """
 
@@ -186,7 +192,7 @@ class Shampoo(optimizers.GlobalGradients, keras.optimizers.Optimizer):
                beta_2: float = 0.999, epsilon: float = 1e-7,
                matrix_epsilon: float = 1e-6, block_size: int = 128,
                precondition_every: int = 10,
-               start_preconditioning_step: int = 10, nesterov: bool = False,
+               start_preconditioning_step: int = 25, nesterov: bool = False,
                name: str = "shampoo", **kwargs):
     super().__init__(learning_rate=learning_rate, name=name, **kwargs)
     if not 0.0 <= beta_1 < 1.0:
