@@ -18,6 +18,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # A kernel within one block, one cut into 3 row blocks of 100, one cut into
 # 3 column blocks of 87 (the last padded by 2), and a bias.
 SHAPES = ((5, 3), (300, 7), (6, 259), (7,))
+BLOCKED = ((300, 7), (7,))  # The XLA case: one blocked kernel is enough.
 STEPS = 7
 OPTIONS = dict(learning_rate=optimizers.LinearWarmup(0.05, 3), beta_1=0.9,
                epsilon=1e-7, matrix_epsilon=1e-6, block_size=128,
@@ -86,31 +87,43 @@ def reference_shampoo(initial, gradients, peak, warmup, beta_1, beta_2,
   return weights
 
 
-def random_gradients(rng):
+def random_gradients(rng, shapes):
   """STEPS gradients per variable, each step at its own scale (so the
-  grafted norms differ from step to step), one kernel's last row zero."""
+  grafted norms differ from step to step), the 300-row kernel's last row
+  zero."""
   steps = []
   for _ in range(STEPS):
     scale = 10.0 ** rng.uniform(-2, 1)
-    step = [scale * rng.normal(size=shape) for shape in SHAPES]
-    step[1][-1] = 0.0
+    step = [scale * rng.normal(size=shape) for shape in shapes]
+    for g in step:
+      if len(g) == 300:
+        g[-1] = 0.0
     steps.append([g.astype(np.float32) for g in step])
   return steps
 
 
-@pytest.mark.parametrize("beta_2,nesterov", [(0.99, False), (1.0, True)])
-def test_the_optimizer_makes_the_reference_updates(beta_2, nesterov):
+@pytest.mark.parametrize("shapes,beta_2,nesterov,jit_compile,tolerance", [
+    (SHAPES, 0.99, False, False, 1e-5), (SHAPES, 1.0, True, False, 1e-5),
+    (BLOCKED, 0.99, True, True, 5e-3)], ids=["ema", "sum-nesterov", "xla"])
+def test_the_optimizer_makes_the_reference_updates(shapes, beta_2, nesterov,
+                                                   jit_compile, tolerance):
   """7 updates under tf.function: roots computed at updates 2 and 5 and
   stale in between, Adam's direction at update 1. The float32 weights'
-  updates match the float64 reference within 1e-5 relative."""
+  updates match the float64 reference within 1e-5 relative (measured: 2e-6).
+
+  With XLA (training.TrainingConfig.jit_compile) tf.linalg.eigh is XLA's
+  Jacobi solver, which stops early: the roots of the rank-deficient 100 x
+  100 blocks were 2e-4 off and the updates up to 1.3e-3 (measured), so
+  5e-3."""
   rng = np.random.default_rng(0)
-  initial = [rng.normal(size=shape).astype(np.float32) for shape in SHAPES]
-  gradients = random_gradients(rng)
+  initial = [rng.normal(size=shape).astype(np.float32) for shape in shapes]
+  gradients = random_gradients(rng, shapes)
   variables = [keras.Variable(w, name=f"w{i}") for i, w in
                enumerate(initial)]
   optimizer = shampoo.Shampoo(**OPTIONS, beta_2=beta_2, nesterov=nesterov)
   optimizer.build(variables)
-  apply = tf.function(lambda g: optimizer.apply(g, variables))
+  apply = tf.function(lambda g: optimizer.apply(g, variables),
+                      jit_compile=jit_compile)
   for step in gradients:
     apply([tf.constant(g) for g in step])
   expected = reference_shampoo(
@@ -119,7 +132,7 @@ def test_the_optimizer_makes_the_reference_updates(beta_2, nesterov):
   for variable, start, want in zip(variables, initial, expected):
     moved = want - start
     got = variable.numpy().astype(np.float64) - start
-    assert np.max(np.abs(got - moved)) <= 1e-5 * np.max(np.abs(moved))
+    assert np.max(np.abs(got - moved)) <= tolerance * np.max(np.abs(moved))
   assert int(optimizer.iterations.numpy()) == STEPS
 
 
@@ -135,6 +148,28 @@ def test_adam_direction_before_preconditioning_starts():
   np.testing.assert_allclose(variable.numpy(),
                              -0.1 * gradient / (np.abs(gradient) + 1e-7),
                              rtol=1e-6)
+
+
+def test_a_preconditioned_update_has_adams_norm_per_variable():
+  """From update 1 on Shampoo's direction, with beta_1 = 0: each kernel
+  moves lr * ||Adam's direction|| (here g / (|g| + epsilon)), not along
+  Adam's direction."""
+  rng = np.random.default_rng(5)
+  gradients = [rng.normal(size=shape).astype(np.float32) * scale
+               for shape, scale in (((300, 7), 1.0), ((6, 4), 100.0))]
+  variables = [keras.Variable(np.zeros(g.shape, np.float32))
+               for g in gradients]
+  optimizer = shampoo.Shampoo(learning_rate=0.1, beta_1=0.0,
+                              start_preconditioning_step=1)
+  optimizer.apply([tf.constant(g) for g in gradients], variables)
+  for g, variable in zip(gradients, variables):
+    adam = g / (np.abs(g) + 1e-7)
+    moved = -variable.numpy()
+    assert np.linalg.norm(moved) == pytest.approx(
+        0.1 * np.linalg.norm(adam), rel=1e-5)
+    cosine = np.sum(moved * adam) / (np.linalg.norm(moved) *
+                                     np.linalg.norm(adam))
+    assert cosine < 0.99
 
 
 def test_inverse_4th_root_inverts_the_ridged_statistics():
