@@ -246,6 +246,32 @@ def test_config_round_trips_with_the_warmup_schedule():
   assert again.get_config() == optimizer.get_config()
 
 
+def test_a_checkpoint_restores_the_statistics_and_roots(tmp_path):
+  """Training resumed from a checkpoint makes the same next update."""
+  rng = np.random.default_rng(6)
+  gradients = [tf.constant(rng.normal(size=(9, 4)).astype(np.float32))
+               for _ in range(3)]
+
+  def trained(steps, restore=None):
+    variable = keras.Variable(np.ones((9, 4), np.float32))
+    optimizer = shampoo.Shampoo(learning_rate=0.1,
+                                start_preconditioning_step=1,
+                                precondition_every=2)
+    optimizer.build([variable])
+    checkpoint = tf.train.Checkpoint(variable=variable, optimizer=optimizer)
+    if restore:
+      checkpoint.restore(restore).assert_consumed()
+    for g in steps:
+      optimizer.apply([g], [variable])
+    return variable.numpy(), checkpoint
+
+  _, checkpoint = trained(gradients[:2])
+  path = checkpoint.save(str(tmp_path / "ckpt"))
+  resumed, _ = trained(gradients[2:], restore=path)
+  straight, _ = trained(gradients)
+  np.testing.assert_array_equal(resumed, straight)
+
+
 def test_a_small_model_fit_lowers_the_loss():
   """A two-layer MLP on a learnable rule, Keras' own fit and train step,
   roots recomputed every 2 updates from update 3 on."""
