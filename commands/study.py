@@ -67,7 +67,8 @@ DEFAULT_RULES = ("none", "sqrt", "linear", "n2-lambda", "cowclip")
 SHARED_SETTINGS = ("min_frequency", "eval_fraction", "epochs", "hparams",
                    "auto_hparams", "step", "model_options",
                    "frequency_thresholds", "negative_sampling_rate",
-                   "replicas", "push", "distribution", "cpu_devices")
+                   "replicas", "push", "distill", "distill_label_weight",
+                   "distribution", "cpu_devices")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,7 +172,7 @@ def evaluate(serving_dir: str, tfma_dir: str, config: PipelineConfig,
   return study_evaluation.metrics_row(study_evaluation.tfma_metrics(
       serving_dir, study_evaluation.study_eval_config(config),
       study_data.split_pattern(setup.inputs.raw_examples, "eval"),
-      tfma_dir, config.runner.beam_args), config.trainer.replicas)
+      tfma_dir, config.runner.beam_args), config.trainer.served_replicas)
 
 
 def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
@@ -195,7 +196,8 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
          "embedding_update": config.trainer.step.embedding_update,
          "bias_constraints": ",".join(config.trainer.step.bias_constraints),
          "replicas": config.trainer.replicas,
-         "push": config.trainer.push if config.trainer.replicas > 1 else "",
+         "push": (config.trainer.push if config.trainer.served_replicas > 1
+                  else ""),
          "dense_lr": hparams["dense_lr"], "embed_lr": hparams["embed_lr"],
          "l2": hparams["l2"], "train_examples": data.train_examples}
   last_epoch = LastEpochWeights()
@@ -224,7 +226,10 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
              trained["epochs_run"],
              epoch_seconds=data.train_examples / rate, diverged=False,
              final_train_loss=float(history["loss"][-1]),
-             clipped_fraction=statistics.mean(clipped) if clipped else "")
+             clipped_fraction=statistics.mean(clipped) if clipped else "",
+             **{k: trained["distillation"][k] for k in
+                study_results.DISTILLATION_COLUMNS
+                if "distillation" in trained})
 
   run_dir = os.path.join(config.output, "runs", run.key)
   serving_dir = os.path.join(run_dir, "serving")
@@ -247,7 +252,7 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
     metrics = evaluate(last_dir, os.path.join(run_dir, "tfma_last"), config,
                        setup)
     last = {f"last_{k}": metrics[k] for k in ("auc", "logloss", "calibration")}
-  elif config.trainer.replicas > 1:
+  elif config.trainer.served_replicas > 1:
     last = {}
   row.update(last)
   return row

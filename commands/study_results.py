@@ -24,6 +24,11 @@ _REPLICA_COLUMNS = ("replicas", "push", "replica_pd") + tuple(
 _LAST_EPOCH_COLUMNS = ("last_auc", "last_logloss", "last_calibration")
 # The logistic-regression baseline served beside every run.
 _BASELINE_COLUMNS = ("lr_auc", "lr_logloss")
+# With --distill: the served student, the replicas' ensemble and replica 0
+# on the validation slice, and the student's PD against the ensemble
+# (trainer.compare_with_ensemble).
+DISTILLATION_COLUMNS = ("student_auc", "ensemble_auc", "replica_auc",
+                        "student_pd_vs_ensemble")
 COLUMNS = (
     ("run", "model", "rule", "cowclip", "batch_size", "seed", "epochs",
      "epochs_run", "best_epoch",
@@ -34,10 +39,11 @@ COLUMNS = (
      "mean_prediction", "mean_label", "calibration") +
     tuple(f"{kind}_{b}" for b in BUCKETS for kind in ("auc", "examples")) +
     ("bias_constraints",) + _REPLICA_COLUMNS + _LAST_EPOCH_COLUMNS +
-    _BASELINE_COLUMNS)
+    _BASELINE_COLUMNS + DISTILLATION_COLUMNS)
 # Columns a study.csv written before they existed may lack (read as "").
 _OPTIONAL_COLUMNS = (("bias_constraints",) + _REPLICA_COLUMNS +
-                     _LAST_EPOCH_COLUMNS + _BASELINE_COLUMNS)
+                     _LAST_EPOCH_COLUMNS + _BASELINE_COLUMNS +
+                     DISTILLATION_COLUMNS)
 _TEXT_COLUMNS = ("run", "model", "rule", "embedding_update",
                  "bias_constraints", "push", "replica_aucs")
 _BOOL_COLUMNS = ("cowclip", "diverged")

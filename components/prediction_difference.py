@@ -34,29 +34,7 @@ from tensorflow_model_analysis.proto import config_pb2
 from tensorflow_model_analysis.utils import model_util
 
 from trainer_module import contract
-
-
-def relative_differences(first: np.ndarray, second: np.ndarray
-                        ) -> np.ndarray:
-  """Per example |y1 - y2| / ((y1 + y2) / 2); 0 where both are 0 (the same
-  prediction)."""
-  first = np.asarray(first, np.float64)
-  second = np.asarray(second, np.float64)
-  mean = (first + second) / 2
-  return np.divide(np.abs(first - second), mean,
-                   out=np.zeros_like(mean), where=mean > 0)
-
-
-def prediction_difference(predictions: Sequence[np.ndarray],
-                          weights: Optional[np.ndarray] = None) -> float:
-  """PD of two or more models' predictions of the same examples: the
-  (weighted) mean relative difference, averaged over all model pairs."""
-  if len(predictions) < 2:
-    raise ValueError("PD compares at least two models' predictions, got "
-                     f"{len(predictions)}")
-  return float(np.mean([
-      np.average(relative_differences(a, b), weights=weights)
-      for a, b in itertools.combinations(predictions, 2)]))
+from trainer_module.contract import relative_differences
 
 
 def _pairs(outputs: Sequence[str]) -> List[Tuple[str, str]]:

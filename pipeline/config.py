@@ -235,7 +235,7 @@ class PipelineConfig:
     if bad_slices:
       raise ValueError(f"cannot slice by {sorted(bad_slices)}: not raw "
                        f"categorical features of {self.dataset}")
-    if self.gate.max_pd is not None and self.trainer.replicas < 2:
+    if self.gate.max_pd is not None and self.trainer.served_replicas < 2:
       raise ValueError("max_pd (--max-pd) bounds the Prediction Difference "
                        "between replicas: it needs replicas >= 2, got "
                        f"replicas={self.trainer.replicas}")

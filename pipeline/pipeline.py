@@ -239,11 +239,11 @@ def _prediction_difference_specs(config: PipelineConfig, on_overall, bounds
       class_name=prediction_difference.PredictionDifferenceVsBaseline.__name__,
       module=prediction_difference.__name__)
   specs = [tfma.MetricsSpec(metrics=[churn])]
-  if config.trainer.replicas > 1:
+  if config.trainer.served_replicas > 1:
     replica_pd = tfma.MetricConfig(
         class_name=prediction_difference.ReplicaPredictionDifference.__name__,
         module=prediction_difference.__name__,
-        config=f'"replicas": {config.trainer.replicas}',
+        config=f'"replicas": {config.trainer.served_replicas}',
         per_slice_thresholds=(
             on_overall(value_threshold=bounds(upper_bound=config.gate.max_pd))
             if config.gate.max_pd is not None else []))
@@ -253,7 +253,7 @@ def _prediction_difference_specs(config: PipelineConfig, on_overall, bounds
         tfma.MetricsSpec(
             metrics=[tfma.MetricConfig(class_name="AUC")],
             output_names=[replica_output(i)
-                          for i in range(config.trainer.replicas)],
+                          for i in range(config.trainer.served_replicas)],
             model_names=[tfma.CANDIDATE_KEY])]
   return specs
 

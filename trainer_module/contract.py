@@ -5,7 +5,15 @@ by, the record written next to the exported model, the tuned keys that size
 the model, and the tuning objective. trainer.py and tuner.py write them;
 pipeline/, components/ and commands/ read them from here, so defining the
 DAG or reading a report does not import Keras or KerasTuner for a string.
+Also the Prediction Difference (Anil et al. 2022, section 5), which the
+Evaluator reports (components.prediction_difference) and the Trainer
+records for a distilled model.
 """
+
+import itertools
+from typing import Optional, Sequence
+
+import numpy as np
 
 # Name of the serving signature's output (the Evaluator reads it).
 PREDICTION_KEY = "probability"
@@ -43,3 +51,26 @@ def replica_output(index: int) -> str:
 # the candidate's and the latest pushed model's served predictions (churn).
 REPLICA_PD = "replica_prediction_difference"
 BASELINE_PD = "prediction_difference_vs_baseline"
+
+
+def relative_differences(first: np.ndarray, second: np.ndarray
+                        ) -> np.ndarray:
+  """Per example |y1 - y2| / ((y1 + y2) / 2); 0 where both are 0 (the same
+  prediction)."""
+  first = np.asarray(first, np.float64)
+  second = np.asarray(second, np.float64)
+  mean = (first + second) / 2
+  return np.divide(np.abs(first - second), mean,
+                   out=np.zeros_like(mean), where=mean > 0)
+
+
+def prediction_difference(predictions: Sequence[np.ndarray],
+                          weights: Optional[np.ndarray] = None) -> float:
+  """PD of two or more models' predictions of the same examples: the
+  (weighted) mean relative difference, averaged over all model pairs."""
+  if len(predictions) < 2:
+    raise ValueError("PD compares at least two models' predictions, got "
+                     f"{len(predictions)}")
+  return float(np.mean([
+      np.average(relative_differences(a, b), weights=weights)
+      for a, b in itertools.combinations(predictions, 2)]))

@@ -72,6 +72,10 @@ DEFAULT_DISTRIBUTION = "auto"
 # Negative down-sampling keeps this share of the train split's non-clicks
 # (TrainerSettings.negative_sampling_rate); 1: all of them, no sampling.
 DEFAULT_NEGATIVE_SAMPLING_RATE = 1.0
+# The dense (DNN, cross, output) layers' optimizer: Adam, or Shampoo with
+# its step size grafted from Adam (shampoo.py); the embedding tables keep
+# Adam and CowClip either way.
+DENSE_OPTIMIZERS = ("adam", "shampoo")
 
 
 def check_positive_int(name: str, value) -> None:
@@ -184,6 +188,10 @@ class StepOptions:
       objective constrains (categorical features, or PREDICTED_CTR); () for
       none. The logistic-regression baseline is trained without them.
     bias_constraint_lr: the constraint multipliers' gradient-ascent step.
+    dense_optimizer: one of DENSE_OPTIMIZERS.
+    precondition_every: Shampoo's steps between preconditioner updates.
+    rank_loss_weight: w >= 0: the objective adds w times the batch's
+      sampled pairwise ranking loss (losses.sampled_pairwise_rank_loss).
   """
   cowclip: bool = options.option(
       True, "clip the embedding gradients with CowClip (--no-cowclip: do "
@@ -204,6 +212,18 @@ class StepOptions:
   bias_constraint_lr: float = options.option(
       DEFAULT_BIAS_CONSTRAINT_LR, "gradient-ascent step of the constraints' "
       "multipliers")
+  dense_optimizer: str = options.option(
+      "adam", "optimizer of the dense and cross layers: adam, or shampoo "
+      "(second order, its step size grafted from Adam's, so the learning "
+      "rates and the scaling rule keep their meaning)",
+      choices=DENSE_OPTIMIZERS)
+  precondition_every: int = options.option(
+      10, "shampoo: recompute its preconditioners (inverse 4th roots) every "
+      "N steps", metavar="N")
+  rank_loss_weight: float = options.option(
+      0.0, "add W times a pairwise logistic ranking loss (each click of the "
+      "batch against sampled non-clicks of the batch) to the log loss",
+      metavar="W")
 
   def __post_init__(self):
     object.__setattr__(self, "bias_constraints",
@@ -213,6 +233,12 @@ class StepOptions:
       raise ValueError(f"bias constraints {list(self.bias_constraints)}: "
                        "each at most once")
     _check_positive_number("bias_constraint_lr", self.bias_constraint_lr)
+    check_positive_int("precondition_every", self.precondition_every)
+    if (isinstance(self.rank_loss_weight, bool) or
+        not isinstance(self.rank_loss_weight, numbers.Real) or
+        not self.rank_loss_weight >= 0):
+      raise ValueError(f"rank_loss_weight must be a number >= 0, got "
+                       f"{self.rank_loss_weight!r}")
 
 @dataclasses.dataclass(frozen=True)
 class TrainerSettings:
@@ -251,6 +277,10 @@ class TrainerSettings:
       seed (initialisation and data order); their Prediction Difference
       measures reproducibility (Anil et al. 2022, section 5).
     push: one of PUSH_MODES: what the exported model serves with replicas.
+    distill: train one more model on the replicas' ensemble (the student)
+      and serve it alone (Anil et al. 2022, section 6).
+    distill_label_weight: the student's target is this share of the label
+      plus the rest of the ensemble's probability (losses.distillation_loss).
     distribution: one of DISTRIBUTIONS: how training spreads over devices
       and machines (distribution.py); the result is the same update.
     cpu_devices: split the CPU into this many logical devices (a mirrored
@@ -303,6 +333,13 @@ class TrainerSettings:
   push: str = options.option(
       DEFAULT_PUSH, "with replicas, serve their mean probability (ensemble) "
       "or replica 0 (single)", choices=PUSH_MODES)
+  distill: bool = options.option(
+      False, "with replicas, distil their ensemble into one model of the "
+      "same shape (trained on the ensemble's predictions beside the labels) "
+      "and serve that one")
+  distill_label_weight: float = options.option(
+      0.5, "distillation target: this share of the label, the rest the "
+      "ensemble's predicted click rate")
   distribution: str = options.option(
       DEFAULT_DISTRIBUTION, "auto: multi-worker when TF_CONFIG lists "
       "several workers, mirrored over all GPUs (or logical CPU devices) "
@@ -351,6 +388,12 @@ class TrainerSettings:
       raise ValueError(f"bias constraints {list(self.step.bias_constraints)}:"
                        f" each must be '{PREDICTED_CTR}' or a categorical "
                        f"feature of {self.dataset}; unknown {unknown}")
+    if self.distill and self.replicas < 2:
+      raise ValueError("distill (--distill) needs an ensemble to distil: "
+                       f"replicas >= 2, got {self.replicas}")
+    if not 0 <= self.distill_label_weight <= 1:
+      raise ValueError("distill_label_weight must be in [0, 1], got "
+                       f"{self.distill_label_weight!r}")
     if self.seed is not None and (isinstance(self.seed, bool) or
                                   not isinstance(self.seed, int) or
                                   self.seed < 0):
@@ -362,6 +405,12 @@ class TrainerSettings:
     """The dataset's base hyperparameters with the overrides."""
     return hparams_lib.check_values({**self.spec.base_hparams,
                                      **self.hparams})
+
+  @property
+  def served_replicas(self) -> int:
+    """The models the exported signature serves: the replicas, or the one
+    distilled from them."""
+    return 1 if self.distill else self.replicas
 
   @property
   def auto_hparam_keys(self) -> Tuple[str, ...]:

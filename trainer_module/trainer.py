@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from absl import logging
 import keras
+import numpy as np
 import psutil
 import tensorflow as tf
 import tensorflow_transform as tft
@@ -85,7 +86,9 @@ def train(settings: TrainerSettings, data: TrainingData,
           epochs: Optional[int] = None, initial_epoch: int = 0,
           epoch_steps: Optional[int] = None, vocab_scale: int = 1,
           callbacks: Sequence[keras.callbacks.Callback] = (),
-          verbose: Any = "auto") -> Tuple[models.CTRModel, Dict[str, Any]]:
+          verbose: Any = "auto",
+          teachers: Sequence[models.CTRModel] = ()
+         ) -> Tuple[models.CTRModel, Dict[str, Any]]:
   """The one training path: run_fn, the tuner's trials, the study and the
   benchmark all train through it, on the Transform output.
 
@@ -113,6 +116,8 @@ def train(settings: TrainerSettings, data: TrainingData,
     callbacks: extra Keras callbacks (the step timer, TensorBoard, the
       tuner's own).
     verbose: Keras' fit verbosity.
+    teachers: distil these models into the new one (training.distill_from,
+      with settings.distill_label_weight); () for plain training.
 
   Returns:
     The trained model and its record: build_and_compile's (when it built
@@ -125,6 +130,8 @@ def train(settings: TrainerSettings, data: TrainingData,
     model, record = build_and_compile(
         settings, tuned or {}, tf_transform_output, data.train_examples,
         data.click_rate, architecture, vocab_scale)
+  if teachers:
+    training.distill_from(model, teachers, settings.distill_label_weight)
   record.update(fit(model, data, settings.epochs if epochs is None else epochs,
                     callbacks, verbose, initial_epoch, epoch_steps))
   if data.negative_sampling:
@@ -182,7 +189,51 @@ def train_replicas(settings: TrainerSettings, data: TrainingData,
         {"seed": (seed or 0) + index, **{k: r[k] for k in (
             "epochs_run", "best_epoch", "best", "bias_shift")}}
         for index, r in enumerate(records)])
+  if settings.distill:
+    student, student_record = train(
+        settings, data, tf_transform_output, tuned,
+        seed=None if seed is None else seed + count, verbose=verbose,
+        callbacks=[callbacks_lib.ThroughputLogger(settings.batch_size),
+                   *callbacks], teachers=replicas)
+    record["distillation"] = {
+        **{k: student_record[k] for k in ("epochs_run", "best_epoch",
+                                          "best", "bias_shift")},
+        **compare_with_ensemble(student, replicas, data.validation)}
+    return [student], record
   return replicas, record
+
+
+def compare_with_ensemble(student: models.CTRModel,
+                          replicas: Sequence[models.CTRModel],
+                          validation) -> Dict[str, float]:
+  """AUC on the validation slice of the distilled model, of the replicas'
+  ensemble (their mean probability) and of replica 0, and the student's
+  Prediction Difference against the ensemble (contract.
+  prediction_difference)."""
+  labels, weights = [], []
+  predictions = [[] for _ in range(len(replicas) + 1)]
+  for batch in validation:
+    features, label, weight = keras.utils.unpack_x_y_sample_weight(batch)
+    labels.append(np.asarray(label).reshape(-1))
+    weights.append(np.ones_like(labels[-1], np.float64) if weight is None
+                   else np.asarray(weight).reshape(-1))
+    for model, out in zip([student, *replicas], predictions):
+      out.append(tf.sigmoid(model(features, training=False)).numpy()
+                 .reshape(-1).astype(np.float64))
+  labels, weights = np.concatenate(labels), np.concatenate(weights)
+  student_p, *replica_p = [np.concatenate(p) for p in predictions]
+  ensemble_p = np.mean(replica_p, axis=0)
+
+  def auc(probabilities):
+    metric = keras.metrics.AUC(num_thresholds=10_000)
+    metric.update_state(labels, probabilities, sample_weight=weights)
+    return float(metric.result())
+
+  return {"student_auc": auc(student_p), "ensemble_auc": auc(ensemble_p),
+          "replica_auc": auc(replica_p[0]),
+          "student_pd_vs_ensemble": contract.prediction_difference(
+              [student_p, ensemble_p], weights),
+          "replica_pd": contract.prediction_difference(replica_p, weights)}
 
 
 def run_fn(fn_args) -> None:

@@ -73,7 +73,9 @@ from trainer_module import callbacks as callbacks_lib
 from trainer_module import cowclip
 from trainer_module import distribution
 from trainer_module import hparams
+from trainer_module import losses
 from trainer_module import optimizers
+from trainer_module import shampoo
 from trainer_module.settings import StepOptions
 
 
@@ -146,6 +148,7 @@ class CowClipTrainer:
     self.training_config = None
     self.embedding_optimizer = None
     self.bias_constraints = None  # compile_model sets it when asked.
+    self.distillation = None  # distill_from sets it.
 
   @property
   def metrics(self):
@@ -304,6 +307,19 @@ class CowClipTrainer:
         for g, table in zip(gradients, tables)]
     return field_ids, gradients, None if weights is None else next(values)
 
+  def _distillation_loss(self, features, labels, logits, weights):
+    """The batch's summed distillation loss (losses.distillation_loss):
+    against the label and the teachers' mean predicted click rate."""
+    teachers = self.distillation.teachers
+    probabilities = tf.stop_gradient(tf.add_n(
+        [tf.sigmoid(tf.cast(t(features, training=False), tf.float32))
+         for t in teachers]) / len(teachers))
+    per_example = losses.distillation_loss(
+        labels, logits, probabilities, self.distillation.label_weight)
+    if weights is not None:
+      per_example *= weights
+    return tf.reduce_sum(per_example)
+
   def _update_metrics(self, labels, logits, logloss, loss, weights=None):
     """Updates loss, logloss and auc with the GLOBAL batch (the replicas'
     labels, logits and weights gathered; weighted by the importance
@@ -331,6 +347,12 @@ class CowClipTrainer:
       logits = self(features, training=True)
       logloss = _summed_log_loss(labels, logits, weights) / total
       objective = logloss
+      if self.distillation is not None:
+        objective = self._distillation_loss(features, labels, logits,
+                                            weights) / total
+      if config.step.rank_loss_weight:
+        objective += config.step.rank_loss_weight * _rank_loss(
+            labels, logits, weights, self.optimizer.iterations)
       if self.bias_constraints is not None:
         constraint, residuals = self.bias_constraints.term(
             labels, logits,
@@ -405,6 +427,37 @@ def _summed_log_loss(labels, logits, weights=None):
   return tf.reduce_sum(weights * losses)
 
 
+def _rank_loss(labels, logits, weights, step):
+  """losses.sampled_pairwise_rank_loss over this replica's share of the
+  batch (pairs are drawn within a device's share; one device: the whole
+  batch), divided by the replicas so that their summed gradients average
+  them. The draw is seeded by the step and the replica."""
+  context = tf.distribute.get_replica_context()
+  seed = tf.stack([tf.cast(step, tf.int64),
+                   tf.cast(context.replica_id_in_sync_group, tf.int64)])
+  return losses.sampled_pairwise_rank_loss(
+      labels, logits, seed, weights) / context.num_replicas_in_sync
+
+
+class Distillation:
+  """The teachers a student model is distilled from, and the label's share
+  of its target. A plain object, so Keras does not track the teachers as
+  the student's layers (their weights stay out of its variables and its
+  SavedModel)."""
+
+  def __init__(self, teachers, label_weight: float):
+    self.teachers = list(teachers)
+    self.label_weight = label_weight
+
+
+def distill_from(model: CowClipTrainer, teachers, label_weight: float
+                ) -> None:
+  """Makes ``model``'s training step fit the teachers' mean predicted
+  click rate beside the labels (losses.distillation_loss with
+  ``label_weight``); its tracked log loss stays the one of the labels."""
+  model.distillation = Distillation(teachers, label_weight)
+
+
 def compile_model(model: CowClipTrainer, config: TrainingConfig) -> None:
   """Sets up ``model`` (a models.CTRModel) for fit/evaluate with ``config``.
 
@@ -434,14 +487,20 @@ def compile_model(model: CowClipTrainer, config: TrainingConfig) -> None:
     embedding_optimizer = optimizers.FusedAdam(
         learning_rate=config.embed_lr, name="embedding_adam")
   embedding_optimizer.build(tables)
-  dense_optimizer = optimizers.FusedAdam(
-      learning_rate=optimizers.LinearWarmup(config.dense_lr,
-                                            config.warmup_steps),
-      name="dense_adam")
+  warmup = optimizers.LinearWarmup(config.dense_lr, config.warmup_steps)
+  if config.step.dense_optimizer == "shampoo":
+    dense_optimizer = shampoo.Shampoo(
+        learning_rate=warmup,
+        precondition_every=config.step.precondition_every,
+        name="dense_shampoo")
+  else:
+    dense_optimizer = optimizers.FusedAdam(learning_rate=warmup,
+                                           name="dense_adam")
   dense_optimizer.build(dense)
   model.compile(optimizer=dense_optimizer, jit_compile=config.jit_compile)
   model.embedding_optimizer = embedding_optimizer
   model.training_config = config
+  model.distillation = None
   model.bias_constraints = (bias_constraints_lib.BiasConstraints(
       config.step.bias_constraints, config.step.bias_constraint_lr)
                             if config.step.bias_constraints else None)

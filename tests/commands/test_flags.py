@@ -54,6 +54,9 @@ SAMPLES = {
     "embedding_update": ("sparse", "sparse"),
     "bias_constraints": ("C1,predicted_ctr", ("C1", "predicted_ctr")),
     "bias_constraint_lr": ("0.5", 0.5),
+    "dense_optimizer": ("shampoo", "shampoo"),
+    "precondition_every": ("5", 5),
+    "rank_loss_weight": ("0.5", 0.5),
     "embedding_dim": ("16", 16),
     "hidden_units": ("64,32", (64, 32)),
     "cross_layers": ("2", 2),
@@ -66,6 +69,8 @@ SAMPLES = {
     "negative_sampling_rate": ("0.5", 0.5),
     "replicas": ("2", 2),
     "push": ("single", "single"),
+    "distill": (None, True),
+    "distill_label_weight": ("0.25", 0.25),
     "distribution": ("none", "none"),
     "cpu_devices": ("2", 2),
     "seed": ("5", 5),
@@ -132,8 +137,8 @@ def test_each_flag_of_run_lands_in_its_field(name):
   else:
     flag = option.flag_of(name, options.default_of(field))
     argv = [flag] if text is None else [f"{flag}={text}"]
-  needs = {"max_pd": ["--replicas", "2"], "smelu_beta": ["--activation",
-                                                          "smelu"],
+  needs = {"max_pd": ["--replicas", "2"], "distill": ["--replicas", "2"],
+           "smelu_beta": ["--activation", "smelu"],
            "tuner": ["--tune"], "trials": ["--tune"],
            "tune_model_size": ["--tune"]}.get(name, [])
   args = cli.build_parser().parse_args(

@@ -27,32 +27,32 @@ def _paper_pd(y1, y2):
 
 def test_pd_of_known_predictions():
   # |0.1-0.3|/0.2 = 1, |0.5-0.5|/0.5 = 0, |0.2-0.1|/0.15 = 2/3.
-  assert pd_lib.prediction_difference(
+  assert contract.prediction_difference(
       [np.array([0.1, 0.5, 0.2]), np.array([0.3, 0.5, 0.1])]) == (
           pytest.approx((1 + 0 + 2 / 3) / 3))
   # Identical predictions, zeros included, differ by nothing.
   same = np.array([0.0, 0.2, 0.9])
-  assert pd_lib.prediction_difference([same, same.copy()]) == 0.0
+  assert contract.prediction_difference([same, same.copy()]) == 0.0
 
 
 def test_pd_matches_the_papers_formula_and_averages_pairs():
   rng = np.random.default_rng(1)
   y1, y2, y3 = (rng.uniform(0.001, 0.5, 1000) for _ in range(3))
-  assert pd_lib.prediction_difference([y1, y2]) == pytest.approx(
+  assert contract.prediction_difference([y1, y2]) == pytest.approx(
       _paper_pd(y1, y2), rel=1e-12)
   pairs = [_paper_pd(a, b) for a, b in itertools.combinations([y1, y2, y3],
                                                                2)]
-  assert pd_lib.prediction_difference([y1, y2, y3]) == pytest.approx(
+  assert contract.prediction_difference([y1, y2, y3]) == pytest.approx(
       np.mean(pairs), rel=1e-12)
   # Symmetric, and weights make it a weighted mean of the terms.
-  assert pd_lib.prediction_difference([y2, y1]) == pytest.approx(
-      pd_lib.prediction_difference([y1, y2]), rel=1e-12)
+  assert contract.prediction_difference([y2, y1]) == pytest.approx(
+      contract.prediction_difference([y1, y2]), rel=1e-12)
   w = rng.uniform(0.5, 4, 1000)
   terms = np.abs(y1 - y2) / ((y1 + y2) / 2)
-  assert pd_lib.prediction_difference([y1, y2], w) == pytest.approx(
+  assert contract.prediction_difference([y1, y2], w) == pytest.approx(
       np.sum(w * terms) / np.sum(w), rel=1e-12)
   with pytest.raises(ValueError, match="at least two"):
-    pd_lib.prediction_difference([y1])
+    contract.prediction_difference([y1])
 
 
 def _pd_metrics(config):
@@ -145,10 +145,10 @@ def test_tfma_replica_pd_by_slice_and_its_gate(tmp_path, monkeypatch):
   first = 1 / (1 + np.exp(-x.astype(np.float64)))
   second = 1 / (1 + np.exp(-(x + np.float32(0.5) * noise).astype(
       np.float64)))
-  expected = {(): pd_lib.prediction_difference([first, second])}
+  expected = {(): contract.prediction_difference([first, second])}
   for bucket, members in (("frequent", x > 0), ("rare", ~(x > 0))):
     expected[((contract.ID_FREQUENCY, bucket),)] = (
-        pd_lib.prediction_difference([first[members], second[members]]))
+        contract.prediction_difference([first[members], second[members]]))
   assert 0.05 < expected[()] < 0.5
 
   results = {}
@@ -201,7 +201,7 @@ def test_tfma_pd_against_the_baseline_model(tmp_path, monkeypatch):
   x64 = x.astype(np.float64)
   served = (1 / (1 + np.exp(-x64)) + 1 / (1 + np.exp(-(x + np.float32(
       0.5) * noise).astype(np.float64)))) / 2
-  expected = pd_lib.prediction_difference([served, 1 / (1 + np.exp(-x64))])
+  expected = contract.prediction_difference([served, 1 / (1 + np.exp(-x64))])
   config = PipelineConfig.from_fields(dataset="criteo", data=data, output=str(tmp_path),
                           min_frequency=2, min_auc=0.5,
                           calibration_band=(0.01, 100.0),
