@@ -133,10 +133,11 @@ def _add_option(group: Any, field: dataclasses.Field, option: options.Option,
   described = option.help + (
       f" (default: {_show(shown)})" if shown not in (None, True, False, ())
       else "")
-  if isinstance(declared, bool):
+  if isinstance(declared, bool):  # A switch; --no-NAME turns one off.
     group.add_argument(flag, dest=field.name, default=default,
                        action="store_false" if declared else "store_true",
-                       help=described)
+                       help=f"turn off: {option.help}" if declared
+                       else described)
     return
   parse = option.parse or (type(declared) if declared is not None else str)
   if option.repeat:

@@ -1,8 +1,9 @@
 """Settings declared once: a dataclass field that is also a command-line flag.
 
 Every setting of a run is one field of one settings dataclass: the
-Trainer's (settings.TrainerSettings, its ModelOptions and TuningSettings)
-and the pipeline's (pipeline.config: ingestion, gate, runner). `option()`
+Trainer's (settings.TrainerSettings with its StepOptions and ModelOptions,
+settings.TuningSettings) and the pipeline's (pipeline.config: ingestion,
+gate, runner). `option()`
 makes such a field and records beside its default what its flag needs: the
 help, the choices, how to parse the text. commands/flags.py builds the
 argparse groups from these fields and reads them back, and `check_choices`
@@ -86,11 +87,6 @@ def option_fields(cls: Any) -> Iterator[Tuple[dataclasses.Field, Option]]:
   for field in dataclasses.fields(cls):
     if OPTION in field.metadata:
       yield field, field.metadata[OPTION]
-
-
-def group_fields(cls: Any) -> Iterator[dataclasses.Field]:
-  """The fields of `cls` that nest other settings (group())."""
-  return (f for f in dataclasses.fields(cls) if GROUP in f.metadata)
 
 
 def from_values(cls: Any, values: Dict[str, Any], **fixed: Any) -> Any:

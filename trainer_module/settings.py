@@ -194,8 +194,7 @@ class StepOptions:
       sampled pairwise ranking loss (losses.sampled_pairwise_rank_loss).
   """
   cowclip: bool = options.option(
-      True, "clip the embedding gradients with CowClip (--no-cowclip: do "
-      "not)")
+      True, "clip the embedding gradients with CowClip")
   cowclip_variant: str = options.option(
       DEFAULT_COWCLIP_VARIANT, "paper: cnt*max(r*||w||, zeta); reference: "
       "the authors' code, cnt*r*max(||w||, r*sqrt(d)*zeta)",
@@ -308,7 +307,7 @@ class TrainerSettings:
                   "scaling rule maps it)") for h in hparams_lib.BASE_HPARAMS))
   auto_hparams: bool = options.option(
       True, "derive dense_lr, embed_lr and l2 from the training set's size "
-      "(--no-auto-hparams: use the published base values)")
+      "(off: the published base values)")
   step: StepOptions = options.group(
       StepOptions, "step", "the training step")
   model_options: ModelOptions = options.group(
