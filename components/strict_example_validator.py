@@ -5,22 +5,20 @@ train on a column full of garbage. This one fails its execution with the
 anomalies spelled out, so Transform and Trainer never see such data. The
 anomalies file is still written to the (failed) execution's output directory.
 
-Beside the schema (which keeps the label to 0 and 1), every split must have
-a few examples of each label (label_validation, a TFDV custom validation on
-the statistics, of the feature the component is given). A wrong label column or a split without clicks would otherwise train
-a model and end in "auc 0.0000" and "calibration nan" at the gate.
+Before that, every split must have MIN_EACH_LABEL clicks and as many
+non-clicks: a wrong label column or a split without clicks would otherwise
+train a model and end in "auc 0.0000" and "calibration nan" at the gate.
+The counts are RawCtrExampleGen's, of every row (its Examples'
+`<split>_rows` and `<split>_clicks`), not the statistics', which are of a
+sample above a million rows and could miss a rare label.
 """
 
 import os
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from tensorflow_data_validation.anomalies.proto import custom_validation_config_pb2
 from tensorflow_data_validation.utils import anomalies_util
-from tensorflow_data_validation.utils import stats_util
-from tensorflow_metadata.proto.v0 import anomalies_pb2
 from tfx import types
 from tfx.components.example_validator import executor as validator_executor
-from tfx.components.statistics_gen import executor as stats_executor
 from tfx.dsl.components.base import base_component
 from tfx.dsl.components.base import executor_spec
 from tfx.types import artifact_utils
@@ -35,57 +33,48 @@ MIN_EACH_LABEL = 5
 
 
 class DataAnomaliesError(ValueError):
-  """The examples do not match the curated schema (bad input: the CLI
-  prints the message alone)."""
+  """The examples do not match the curated schema, or a split lacks a
+  label (bad input: the CLI prints the message alone)."""
 
 
-def label_validation(label: str, minimum: int = MIN_EACH_LABEL
-                    ) -> custom_validation_config_pb2.CustomValidationConfig:
-  """A TFDV custom validation (SQL on each split's statistics): at least
-  `minimum` clicks and `minimum` non-clicks (the schema's int_domain
-  already keeps the label to 0 and 1)."""
-  config = custom_validation_config_pb2.CustomValidationConfig()
-  check = config.feature_validations.add()
-  check.feature_path.step.append(label)
-  stats = "feature.num_stats"
-  count = f"{stats}.common_stats.num_non_missing"
-  validation = check.validations.add()
-  validation.sql_expression = (
-      f"{count} * {stats}.mean >= {minimum} AND "
-      f"{count} * (1 - {stats}.mean) >= {minimum}")
-  validation.severity = anomalies_pb2.AnomalyInfo.ERROR
-  validation.description = (f"fewer than {minimum} clicks or {minimum} "
-                            "non-clicks")
-  return config
+def describe_labels(split: str, rows: int, clicks: int) -> str:
+  """What a split's labels are, in words."""
+  if not rows:
+    return f"the {split} split has no examples"
+  if clicks in (0, rows):
+    return (f"the {split} split has {rows:,} examples, all with label "
+            f"{int(clicks == rows)}")
+  return (f"the {split} split has {rows:,} examples, {clicks:,} with label 1 "
+          f"and {rows - clicks:,} with label 0")
 
 
-def _label_counts(statistics, name: str) -> str:
-  """What a label feature's values are, from its numeric statistics."""
-  for feature in statistics.datasets[0].features:
-    if feature.path.step == [name] or feature.name == name:
-      stats = feature.num_stats
-      count = stats.common_stats.num_non_missing
-      clicks = round(count * stats.mean)
-      return (f"{count:,} examples in the statistics: {clicks:,} labelled 1, "
-              f"{count - clicks:,} labelled 0, values {stats.min:g} to "
-              f"{stats.max:g}; is the label column the dataset's?")
-  return "no statistics of it"
+def label_problem(counts: Mapping[str, Tuple[int, int]], label: str,
+                  minimum: int = MIN_EACH_LABEL) -> Optional[str]:
+  """One line naming the splits with fewer than `minimum` clicks or
+  non-clicks, or None when every split has enough.
+
+  Args:
+    counts: split name -> (examples, examples labelled 1).
+    label: the label column's name, for the message.
+    minimum: fewest examples of each label a split may have.
+  """
+  short = [describe_labels(split, rows, clicks)
+           for split, (rows, clicks) in counts.items()
+           if min(clicks, rows - clicks) < minimum]
+  if not short:
+    return None
+  return (f"{'; '.join(short)}: each split needs at least {minimum} "
+          f"examples with label 1 and {minimum} with label 0; check that "
+          f"column {label!r} holds the clicks and that the input has rows of "
+          "both (the pipeline stops before Transform)")
 
 
-def describe_anomalies(split: str, anomalies, statistics=None) -> List[str]:
-  """One readable line per anomaly: split, feature, what is wrong; a
-  label check also says what the split's labels are (from `statistics`)."""
-  lines = []
-  for name, info in sorted(anomalies.anomaly_info.items()):
-    line = f"[{split}] feature {name!r}: " + "; ".join(
-        reason.short_description for reason in info.reason)
-    custom = any(r.type == anomalies_pb2.AnomalyInfo.CUSTOM_VALIDATION
-                 for r in info.reason)
-    if custom and statistics is not None:
-      line += f" ({_label_counts(statistics, name)})"
-    else:
-      line += f" ({info.description})"
-    lines.append(line)
+def describe_anomalies(split: str, anomalies) -> List[str]:
+  """One readable line per anomaly: split, feature, what is wrong."""
+  lines = [f"[{split}] feature {name!r}: " + "; ".join(
+      reason.short_description for reason in info.reason) +
+           f" ({info.description})"
+           for name, info in sorted(anomalies.anomaly_info.items())]
   if anomalies.HasField("dataset_anomaly_info"):
     info = anomalies.dataset_anomaly_info
     lines.append(f"[{split}] dataset: {info.short_description}"
@@ -93,34 +82,36 @@ def describe_anomalies(split: str, anomalies, statistics=None) -> List[str]:
   return lines
 
 
-# The execution property naming the label feature label_validation checks.
+# The execution property naming the label column (for label_problem's
+# message).
 LABEL_KEY = "label_feature"
 
 
 class Executor(validator_executor.Executor):
-  """Validates like ExampleValidator, with label_validation of the
-  LABEL_KEY feature, then raises on any anomaly."""
+  """Refuses a split without both labels, then validates like
+  ExampleValidator and raises on any anomaly."""
 
   def Do(self, input_dict: Dict[str, List[types.Artifact]],
          output_dict: Dict[str, List[types.Artifact]],
          exec_properties: Dict[str, Any]):
-    exec_properties = {
-        **exec_properties,
-        standard_component_specs.CUSTOM_VALIDATION_CONFIG_KEY:
-            label_validation(exec_properties[LABEL_KEY])}
+    examples = artifact_utils.get_single_instance(
+        input_dict[standard_component_specs.EXAMPLES_KEY])
+    labels = label_problem(
+        {split: (examples.get_int_custom_property(f"{split}_rows"),
+                 examples.get_int_custom_property(f"{split}_clicks"))
+         for split in artifact_utils.decode_split_names(examples.split_names)},
+        exec_properties[LABEL_KEY])
+    if labels:
+      raise DataAnomaliesError(labels)
     result = super().Do(input_dict, output_dict, exec_properties)
     artifact = artifact_utils.get_single_instance(
         output_dict[standard_component_specs.ANOMALIES_KEY])
     problems = []
-    statistics = input_dict[standard_component_specs.STATISTICS_KEY]
     for split in artifact_utils.decode_split_names(artifact.split_names):
       path = os.path.join(artifact_utils.get_split_uri([artifact], split),
                           validator_executor.DEFAULT_FILE_NAME)
       problems += describe_anomalies(
-          split, anomalies_util.load_anomalies_binary(path),
-          stats_util.load_stats_binary(os.path.join(
-              artifact_utils.get_split_uri(statistics, split),
-              stats_executor.DEFAULT_FILE_NAME)))
+          split, anomalies_util.load_anomalies_binary(path))
     if problems:
       raise DataAnomaliesError(
           "the examples do not match the schema; the pipeline stops before "
@@ -131,15 +122,16 @@ class Executor(validator_executor.Executor):
 
 class StrictExampleValidatorSpec(
     standard_component_specs.ExampleValidatorSpec):
-  """ExampleValidator's spec with the label feature's name.
-
-  A name rather than TFX's custom_validation_config: a proto execution
-  property does not compile for Kubeflow V2 in TFX 1.16 (the compiler
-  refuses its placeholder).
-  """
+  """ExampleValidator's spec with the Examples whose label counts are
+  checked, and the label column's name."""
   PARAMETERS = {
       **standard_component_specs.ExampleValidatorSpec.PARAMETERS,
       LABEL_KEY: component_spec.ExecutionParameter(type=str),
+  }
+  INPUTS = {
+      **standard_component_specs.ExampleValidatorSpec.INPUTS,
+      standard_component_specs.EXAMPLES_KEY:
+          component_spec.ChannelParameter(type=standard_artifacts.Examples),
   }
 
 
@@ -149,9 +141,10 @@ class StrictExampleValidator(base_component.BaseComponent):
   SPEC_CLASS = StrictExampleValidatorSpec
   EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(Executor)
 
-  def __init__(self, statistics: types.BaseChannel,
-               schema: types.BaseChannel, label_feature: str):
+  def __init__(self, examples: types.BaseChannel,
+               statistics: types.BaseChannel, schema: types.BaseChannel,
+               label_feature: str):
     super().__init__(spec=StrictExampleValidatorSpec(
-        statistics=statistics, schema=schema,
+        examples=examples, statistics=statistics, schema=schema,
         anomalies=types.Channel(type=standard_artifacts.ExampleAnomalies),
         label_feature=label_feature))

@@ -283,6 +283,7 @@ def create_pipeline(config: PipelineConfig,
     statistics_gen.with_beam_pipeline_args(multiprocess)
   schema_gen = tfx.components.ImportSchemaGen(schema_file=config.schema_path)
   example_validator = StrictExampleValidator(
+      examples=example_gen.outputs["examples"],
       statistics=statistics_gen.outputs["statistics"],
       schema=schema_gen.outputs["schema"],
       label_feature=config.spec.label)

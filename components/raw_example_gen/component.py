@@ -44,8 +44,9 @@ class RawCtrExampleGen(component.FileBasedExampleGen):
   writes), one feature per raw feature of the dataset spec: int64 for ints,
   bytes for strings, absent when the field is empty. Bad rows are dropped and
   counted; the counts are the artifact's `rows_read`, `bad_rows`,
-  `train_rows` and `eval_rows` custom properties and are in
-  executor.SUMMARY_FILE_NAME in the artifact's directory.
+  `train_rows`, `eval_rows`, `train_clicks` and `eval_clicks` (rows
+  labelled 1) custom properties and are in executor.SUMMARY_FILE_NAME in the
+  artifact's directory.
   """
 
   EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(executor.Executor)

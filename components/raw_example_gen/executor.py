@@ -10,7 +10,8 @@ encoded a column at a time (columnar.py), and writes its own output file per
 split: no Python per row except the split hash, and no shuffle of the rows.
 Bad rows are counted per file and dropped; when there are more than
 `max_bad_fraction` of them the run fails after the fact, naming the first bad
-line.
+line. The rows and clicks of each split are counted too, exactly (the
+StrictExampleValidator refuses a split without both labels).
 """
 
 import dataclasses
@@ -253,6 +254,7 @@ class _RangeStats:
   """Counts of one byte range (see summarize)."""
   file: int
   split_rows: List[int]
+  split_clicks: List[int]
   rows_read: int = 0
   bad_rows: int = 0
   first_bad: Optional[Tuple[int, str]] = None
@@ -270,7 +272,7 @@ class _ParseRangeFn(beam.DoFn):
   from the input to the output without a shuffle; its file names are a
   function of the range, so a retried range overwrites its own output.
   Emits one stats dict per range (rows, bad rows, the first bad row and its
-  reason, rows per split).
+  reason, rows and clicks per split).
 
   Per block of lines: lines with a wrong number of fields are bad rows; the
   others are parsed by pyarrow and encoded a column at a time
@@ -290,7 +292,8 @@ class _ParseRangeFn(beam.DoFn):
   def process(self, byte_range: Tuple[int, int, int]) -> Iterable[Any]:
     file_index, start, end = byte_range
     source = self._files[file_index]
-    stats = _RangeStats(file_index, [0] * len(self._split_dirs))
+    splits = len(self._split_dirs)
+    stats = _RangeStats(file_index, [0] * splits, [0] * splits)
     name = f"{_RECORD_FILE_PREFIX}-{file_index:05d}-{start:015d}.gz"
     writers = [tf.io.TFRecordWriter(
         os.path.join(d, name), _RECORD_OPTIONS)
@@ -352,6 +355,7 @@ class _ParseRangeFn(beam.DoFn):
         table = None
       if table is not None and columnar.labels_are_binary(table, layout):
         records = columnar.encode_table(table, layout)
+        labels = table.column(layout.label[1]).to_numpy()
     if records is None:
       parsed, ok = [], np.ones(len(good), bool)
       for i, line in enumerate(good):
@@ -362,6 +366,12 @@ class _ParseRangeFn(beam.DoFn):
           stats.add_bad(int(offsets[i]), str(e))
       split = split[ok]
       records = pa.array(parsed, pa.binary())
+      labels = np.fromiter((rows.row_label(line, layout)
+                            for line, k in zip(good, ok) if k), np.int64,
+                           len(parsed))
+    clicks = np.bincount(split[labels == 1], minlength=len(self._split_dirs))
+    stats.split_clicks = [a + int(b) for a, b in zip(stats.split_clicks,
+                                                      clicks)]
     return [records.filter(pa.array(split == i)).to_pylist()
             for i in range(len(self._split_dirs))]
 
@@ -369,12 +379,14 @@ class _ParseRangeFn(beam.DoFn):
 def summarize(range_stats: List[Dict[str, Any]], files: List[InputFile],
               split_names: List[str], options: IngestOptions,
               pattern: str) -> Dict[str, Any]:
-  """The run's JSON summary: totals, rows per split and per-file counts."""
+  """The run's JSON summary: totals, rows and clicks per split and per-file
+  counts."""
   per_file = [{"path": f.path, "header": f.layout.has_header,
                "delimiter": f.layout.delimiter.decode(), "rows_read": 0,
                "bad_rows": 0, "first_bad_byte_offset": None,
                "first_bad_reason": None} for f in files]
   split_rows = [0] * len(split_names)
+  split_clicks = [0] * len(split_names)
   for stats in range_stats:
     entry = per_file[stats["file"]]
     entry["rows_read"] += stats["rows_read"]
@@ -384,6 +396,8 @@ def summarize(range_stats: List[Dict[str, Any]], files: List[InputFile],
                       first_bad[0] < entry["first_bad_byte_offset"]):
       entry["first_bad_byte_offset"], entry["first_bad_reason"] = first_bad
     split_rows = [a + b for a, b in zip(split_rows, stats["split_rows"])]
+    split_clicks = [a + b for a, b in zip(split_clicks,
+                                          stats["split_clicks"])]
   rows_read = sum(f["rows_read"] for f in per_file)
   bad_rows = sum(f["bad_rows"] for f in per_file)
   return {
@@ -395,6 +409,7 @@ def summarize(range_stats: List[Dict[str, Any]], files: List[InputFile],
       "bad_rows": bad_rows,
       "bad_fraction": bad_rows / rows_read if rows_read else 0.0,
       "split_rows": dict(zip(split_names, split_rows)),
+      "split_clicks": dict(zip(split_names, split_clicks)),
       "files": per_file,
   }
 
@@ -515,6 +530,8 @@ class Executor(base_beam_executor.BaseBeamExecutor):
     examples.set_int_custom_property("bad_rows", summary["bad_rows"])
     for name, count in summary["split_rows"].items():
       examples.set_int_custom_property(f"{name}_rows", count)
+      examples.set_int_custom_property(f"{name}_clicks",
+                                       summary["split_clicks"][name])
     logging.info("RawCtrExampleGen summary (%s):\n%s", summary_path,
                  json.dumps(summary, indent=1))
     check_summary(summary)

@@ -134,6 +134,29 @@ def parse_int(value: bytes, name: str) -> int:
   return number
 
 
+def _label(fields: Sequence[bytes], layout: RowLayout) -> int:
+  """The label of a row's fields: 0 or 1.
+
+  Raises:
+    BadRowError: an empty label, or one that is not 0 or 1.
+  """
+  label_index, label_name, _ = layout.label
+  label_value = fields[label_index]
+  if not label_value:
+    raise BadRowError(f"label {label_name} is empty")
+  label = parse_int(label_value, label_name)
+  if label not in (0, 1):
+    raise BadRowError(
+        f"label {label_name} = {_quote(label_value)} is not 0 or 1")
+  return label
+
+
+def row_label(line: bytes, layout: RowLayout) -> int:
+  """The label (0 or 1) of a line encode_row accepts: the ExampleGen
+  counts each split's clicks."""
+  return _label(line.split(layout.delimiter), layout)
+
+
 def encode_row(line: bytes, layout: RowLayout) -> bytes:
   """The serialized tf.Example of one data line (without line terminator).
 
@@ -149,15 +172,8 @@ def encode_row(line: bytes, layout: RowLayout) -> bytes:
   if len(fields) != layout.num_fields:
     raise BadRowError(
         f"expected {layout.num_fields} fields, got {len(fields)}")
-  label_index, label_name, label_key = layout.label
-  label_value = fields[label_index]
-  if not label_value:
-    raise BadRowError(f"label {label_name} is empty")
-  label = parse_int(label_value, label_name)
-  if label not in (0, 1):
-    raise BadRowError(
-        f"label {label_name} = {_quote(label_value)} is not 0 or 1")
-  entries = [example_encoding.int64_feature(label_key, label)]
+  entries = [example_encoding.int64_feature(layout.label[2],
+                                            _label(fields, layout))]
   for index, name, key in layout.int_columns:
     value = fields[index]
     if value:

@@ -1,6 +1,7 @@
 """CLI: arguments to config, and clear failures on bad input."""
 
 import os
+import re
 
 import pytest
 
@@ -8,6 +9,7 @@ from commands import cli
 from commands import flags
 from commands import generate
 from conftest import run_command
+from pipeline import metadata
 from pipeline import runner
 
 
@@ -94,19 +96,40 @@ def test_too_many_bad_rows_name_file_and_line(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_one_class_labels_stop_before_transform(tmp_path, capsys):
+def test_one_class_labels_stop_before_transform_keeping_the_ingestion(
+    tmp_path):
   """A wrong label column (here every label 0) stops at the validator,
-  naming the split and what its labels are; nothing is trained."""
+  in one line naming each split and its labels from ExampleGen's counts;
+  nothing is trained, and ExampleGen's and StatisticsGen's outputs stay
+  published (a re-run reuses them) beside the run's report."""
   data = tmp_path / "train.txt"
   generate.write_synthetic("criteo", 400, 0, str(data))
   lines = ["0" + line[1:] for line in data.read_text().splitlines()]
   data.write_text("\n".join(lines) + "\n")
-  assert _run(tmp_path, data) == runner.EXIT_FAILED
-  err = capsys.readouterr().err
-  assert "[train] feature 'label': fewer than 5 clicks or 5 non-clicks" in err
-  assert "labelled 1" in err and "[eval] feature 'label'" in err
-  assert not list((tmp_path / "out").glob("pipeline/*/Transform"))
-  assert not list((tmp_path / "out").glob("pipeline/*/Trainer"))
+  out = tmp_path / "out"
+  code, _, err = run_command("run", "--dataset", "criteo", "--data", data,
+                             "--output", out)
+  assert code == runner.EXIT_FAILED and "Traceback" not in err
+  error = err.splitlines()[0]
+  assert re.fullmatch(
+      r"error: the train split has \d+ examples, all with label 0; the eval "
+      r"split has \d+ examples, all with label 0: each split needs at least "
+      r"5 examples with label 1 and 5 with label 0; check that column "
+      r"'label' holds the clicks .*\(the pipeline stops before Transform\)",
+      error), error
+  assert f"artifacts already produced are kept under {out}" in err
+  store = metadata.open_store(str(out / "metadata.sqlite"))
+  states = {c.node: c.state for c in metadata.latest_pipeline_run(store)[1]}
+  assert states["RawCtrExampleGen"] == states["StatisticsGen"] == "COMPLETE"
+  assert states["StrictExampleValidator"] == "FAILED"
+  assert "Transform" not in states and "Trainer" not in states
+  assert metadata.ingestion_counts(store)["rows_read"] == 400
+  examples = metadata.latest_artifact(store, "Examples")
+  assert examples.custom_properties["train_clicks"].int_value == 0
+  assert os.listdir(os.path.join(examples.uri, "Split-eval"))
+  statistics = metadata.latest_artifact(store, "ExampleStatistics")
+  assert os.listdir(os.path.join(statistics.uri, "Split-train"))
+  assert (out / "report" / "index.html").is_file()
 
 
 def test_activation_and_sampling_flags_become_settings():

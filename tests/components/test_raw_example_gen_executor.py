@@ -103,10 +103,17 @@ def test_hash_split_reads_every_good_row_over_many_ranges(tmp_path,
   assert props["rows_read"].int_value == 603
   assert props["bad_rows"].int_value == 3
   assert props["eval_rows"].int_value == len(evaluation)
+  clicks = {split: sum(e.features.feature[CRITEO.label].int64_list.value[0]
+                       for e in records)
+            for split, records in (("train", train), ("eval", evaluation))}
+  assert 0 < clicks["eval"] < len(evaluation)
+  assert props["train_clicks"].int_value == clicks["train"]
+  assert props["eval_clicks"].int_value == clicks["eval"]
   summary = json.loads(
       (tmp_path / "output" / executor.SUMMARY_FILE_NAME).read_text())
   assert summary["split_rows"] == {"train": len(train),
                                    "eval": len(evaluation)}
+  assert summary["split_clicks"] == clicks
   (per_file,) = summary["files"]
   assert per_file["bad_rows"] == 3
   assert per_file["first_bad_reason"] == "expected 40 fields, got 3"
@@ -167,6 +174,9 @@ def test_real_criteo_sample(tmp_path):
   assert len(records) == 200
   assert sum(e.features.feature["label"].int64_list.value[0]
              for e in records) == 49
+  # Its '260.0' ints are parsed row by row: the clicks are counted there too.
+  assert (examples.get_int_custom_property("train_clicks") +
+          examples.get_int_custom_property("eval_clicks")) == 49
   assert all(e.features.feature["I5"].WhichOneof("kind") == "int64_list"
              for e in records if "I5" in e.features.feature)
   assert examples.get_int_custom_property("bad_rows") == 0
