@@ -27,7 +27,6 @@ from tfx.utils import io_utils
 from tfx_bsl.public import tfxio as tfx_tfxio
 
 from commands import study_evaluation
-from components import prediction_difference
 from pipeline.config import PipelineConfig
 from trainer_module import contract
 from trainer_module import features
@@ -326,7 +325,7 @@ def _served_replicas(criteo_run, export_dir: str) -> Dict[str, np.ndarray]:
 def test_study_evaluation_of_replicas_reports_their_pd(criteo_run, tmp_path):
   """The study's TFMA evaluation of a replica export (the Evaluator's
   metrics): its replica_pd column is the PD of the served replica outputs
-  (components.prediction_difference, NumPy), its AUCs are the outputs'."""
+  (contract.prediction_difference, NumPy), its AUCs are the outputs'."""
   spec, rows, _, _ = criteo_run
   export_dir = str(tmp_path / "serving")
   outputs = _served_replicas(criteo_run, export_dir)
@@ -343,7 +342,7 @@ def test_study_evaluation_of_replicas_reports_their_pd(criteo_run, tmp_path):
   first, second = (outputs[contract.replica_output(i)].ravel()
                    for i in (0, 1))
   assert row["replica_pd"] == pytest.approx(
-      prediction_difference.prediction_difference([first, second]),
+      contract.prediction_difference([first, second]),
       rel=1e-5)
   labels = [r[spec.label] for r in rows]
   aucs = [float(a) for a in row["replica_aucs"].split()]
