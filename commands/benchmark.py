@@ -26,9 +26,17 @@ Where the step goes: after the fit, the parts of the step are timed alone
 on one batch of the same model (component_seconds): the MLP (DNN + output
 layer, forward and backward), the embedding lookups (forward and backward),
 the optimizer (the tables' gradients from the lookups' slices, L2, both
-Adams) and CowClip (id counts, row norms, clipping). Their shares of the
-measured step do not add up to 1: the rest is FM, loss, metrics, the
-gradient tape's glue and per-step dispatch.
+Adams) and CowClip (id counts, row norms, clipping). Shares are of CPU
+time (the process's, all threads), the part's over the measured step's:
+the work, which a loaded machine stretches less than wall time, so parts
+timed minutes apart still compare. They do not add up to 1: the rest is
+FM, loss, metrics, the gradient tape's glue and per-step dispatch.
+
+The input: the Trainer's own (``--inputs pipeline``: the training part as
+input_pipeline.training_data gives it, held in memory when it fits) or
+FIXED_BATCHES of its batches repeated (``fixed``: the step alone); its
+share is the CPU time per batch of the input iterated alone, without the
+step, over the measured step's (input_seconds).
 
 Arithmetic rate: the matrix products of the MLP and cross layers cost
 6 * (weights of each kernel) FLOP per example (forward, and the two
@@ -40,7 +48,7 @@ the same run with a plain square matmul in the case's precision.
 import argparse
 import csv
 import dataclasses
-import math
+import functools
 import os
 import tempfile
 import time
@@ -62,15 +70,22 @@ from trainer_module import distribution
 from trainer_module import features
 from trainer_module import input_pipeline
 from trainer_module import models
+from trainer_module import precision as precision_lib
 from trainer_module import settings
 from trainer_module import trainer
 
 COLUMNS = ("model", "batch_size", "precision", "embedding_update", "cowclip",
            "vocab_scale", "vocab_rows", "distribution", "replicas", "steps",
-           "seconds_per_step", "examples_per_second", "gflops_per_second",
-           "matmul_peak_gflops", "mlp_share", "embedding_share",
-           "optimizer_share", "cowclip_share", "collective_share")
+           "seconds_per_step", "cpu_seconds_per_step", "examples_per_second",
+           "gflops_per_second", "matmul_peak_gflops", "mlp_share", "embedding_share",
+           "optimizer_share", "cowclip_share", "collective_share", "input",
+           "input_share")
 COMPONENTS = ("mlp", "embedding", "optimizer", "cowclip")
+# The training input: "pipeline", the Trainer's (input_pipeline.
+# training_data); "fixed", FIXED_BATCHES of its batches held as tensors and
+# repeated, the step with no input work at all.
+INPUTS = ("pipeline", "fixed")
+FIXED_BATCHES = 4
 DEFAULT_BATCH_SIZES = (1024, 8192)
 DEFAULT_ROWS = 200_000
 DEFAULT_VOCAB_SCALE = 10
@@ -95,8 +110,9 @@ class BenchmarkCase:
   embedding_update: str
   cowclip: bool
   vocab_scale: int = 1
-  precision: str = "float32"
+  precision: str = precision_lib.AUTO
   distribution: str = "none"
+  input: str = "pipeline"
 
 
 def transform(spec: features.DatasetSpec, path: str, min_frequency: int,
@@ -118,17 +134,20 @@ def transform(spec: features.DatasetSpec, path: str, min_frequency: int,
 
 def benchmark_cases(batch_sizes: Sequence[int],
                     vocab_scale: int = DEFAULT_VOCAB_SCALE,
-                    precisions: Sequence[str] = ("float32",),
-                    distribution_: str = "none") -> List[BenchmarkCase]:
+                    precisions: Sequence[str] = (precision_lib.AUTO,),
+                    distribution_: str = "none",
+                    inputs: Sequence[str] = ("pipeline",)
+                   ) -> List[BenchmarkCase]:
   """Every batch x precision x update x CowClip (with a `distribution_`,
-  each on one device and then distributed, side by side), then the larger
-  vocabulary at the first batch size on one device (vocab_scale 1 skips
-  those)."""
+  each on one device and then distributed, side by side; with several
+  `inputs`, each input side by side), then the larger vocabulary at the
+  first batch size on one device (vocab_scale 1 skips those)."""
   kinds = ("none",) if distribution_ == "none" else ("none", distribution_)
-  cases = [BenchmarkCase(b, update, clip, precision=p, distribution=kind)
+  cases = [BenchmarkCase(b, update, clip, precision=p, distribution=kind,
+                         input=source)
            for b in batch_sizes for p in precisions
            for update in settings.EMBEDDING_UPDATES
-           for clip in (True, False) for kind in kinds]
+           for clip in (True, False) for kind in kinds for source in inputs]
   if vocab_scale > 1:
     cases += [BenchmarkCase(batch_sizes[0], update, clip, vocab_scale, p)
               for p in precisions for update in settings.EMBEDDING_UPDATES
@@ -136,23 +155,14 @@ def benchmark_cases(batch_sizes: Sequence[int],
   return cases
 
 
-def matmul_peak_gflops(precision: str, size: int = 2048,
-                       repeats: int = 5) -> float:
-  """This machine's matrix-product rate now: best of 3 rounds of a plain
-  [size, size] x [size, size] matmul in the precision's compute dtype."""
-  dtype = tf.bfloat16 if precision == "mixed_bfloat16" else tf.float32
-  a = tf.cast(tf.random.normal([size, size], seed=1), dtype)
-  b = tf.cast(tf.random.normal([size, size], seed=2), dtype)
-  product = tf.function(tf.matmul)
-  product(a, b).numpy()
-  best = math.inf
-  for _ in range(3):
-    start = time.perf_counter()
-    for _ in range(repeats):
-      result = product(a, b)
-    result.numpy()
-    best = min(best, (time.perf_counter() - start) / repeats)
-  return 2 * size**3 / best / 1e9
+def matmul_peak_gflops(precision: str) -> float:
+  """This machine's matrix-product rate now in the precision's compute
+  dtype (auto: the one it resolves to): precision_lib.matmul_gflops on
+  [2048, 2048] matrices, 5 products a round, best of 3 rounds."""
+  chosen, _ = precision_lib.resolve(precision)
+  dtype = tf.bfloat16 if chosen == precision_lib.MIXED_BFLOAT16 else (
+      tf.float32)
+  return precision_lib.matmul_gflops(dtype, size=2048, repeats=5)
 
 
 def mlp_flops_per_example(model: models.CTRModel) -> int:
@@ -165,14 +175,15 @@ def mlp_flops_per_example(model: models.CTRModel) -> int:
 
 
 def _seconds_per_call(function, repeats: int) -> float:
-  """Mean seconds of ``function()`` after one untimed (tracing) call."""
+  """Mean CPU seconds (the process's) of ``function()`` after one untimed
+  (tracing) call."""
   function()
-  start = time.perf_counter()
+  start = time.process_time()
   for _ in range(repeats):
     result = function()
   tf.nest.map_structure(
       lambda t: t.numpy() if hasattr(t, "numpy") else t, result)
-  return (time.perf_counter() - start) / repeats
+  return (time.process_time() - start) / repeats
 
 
 def component_seconds(model: models.CTRModel, features: Mapping[str, object],
@@ -248,8 +259,8 @@ def component_seconds(model: models.CTRModel, features: Mapping[str, object],
 
 def collective_seconds(model: models.CTRModel, batch_size: int,
                        repeats: int) -> float:
-  """Seconds of the step's cross-replica sums and gathers, timed alone on
-  tensors of the step's shapes (the model's strategy; its own code:
+  """CPU seconds of the step's cross-replica sums and gathers, timed alone
+  on tensors of the step's shapes (the model's strategy; its own code:
   CowClipTrainer._global_table_gradients, the summed dense gradients, the
   gathered labels and logits of the metrics)."""
   strategy = model.distribute_strategy
@@ -277,6 +288,28 @@ def collective_seconds(model: models.CTRModel, batch_size: int,
   return _seconds_per_call(collectives, repeats)
 
 
+@functools.lru_cache(maxsize=1)
+def _training_data(data: TransformedData, label: str,
+                   batch_size: int) -> input_pipeline.TrainingData:
+  """The Trainer's input at this batch size, loaded once for the cases of
+  one batch size (they come in a row), not for each."""
+  return input_pipeline.training_data(list(data.train_files),
+                                      data.tf_transform_output, label,
+                                      batch_size)
+
+
+def input_seconds(dataset: tf.data.Dataset, batches: int) -> float:
+  """CPU seconds (the process's) per batch of the training input alone (no
+  step running), over `batches` batches after the first (which fills the
+  shuffle)."""
+  iterator = iter(dataset.repeat())
+  next(iterator)
+  start = time.process_time()
+  for _ in range(batches):
+    next(iterator)
+  return (time.process_time() - start) / batches
+
+
 def time_training_step(model_name: str, spec: features.DatasetSpec,
                        data: TransformedData, case: BenchmarkCase,
                        options: models.ModelOptions, warmup_steps: int,
@@ -298,41 +331,45 @@ def time_training_step(model_name: str, spec: features.DatasetSpec,
       model_options=dataclasses.replace(options, precision=case.precision),
       auto_hparams=False, distribution=case.distribution,
       cpu_devices=len(tf.config.list_logical_devices("CPU")))
-  split = input_pipeline.training_data(list(data.train_files),
-                                data.tf_transform_output, spec.label,
-                                case.batch_size)
+  split = _training_data(data, spec.label, case.batch_size)
   if case.batch_size > split.train_examples:
     raise ValueError(f"batch size {case.batch_size} is larger than the "
                      f"{split.train_examples} benchmark training rows; use "
                      "more --rows")
+  train = split.train
+  if case.input == "fixed":
+    train = train.take(FIXED_BATCHES).cache()
   clock = callbacks_lib.ThroughputLogger(case.batch_size,
                                     warmup_steps=warmup_steps)
   model, record = trainer.train(
       trainer_settings,
-      dataclasses.replace(split, train=split.train.repeat()),
+      dataclasses.replace(split, train=train.repeat()),
       data.tf_transform_output, seed=0, epoch_steps=warmup_steps + steps,
       vocab_scale=case.vocab_scale, callbacks=[clock], verbose=0)
   step = clock.timed_seconds / clock.timed_steps
+  cpu_step = clock.timed_cpu_seconds / clock.timed_steps
   rate = clock.timed_steps * case.batch_size / clock.timed_seconds
   result = {"model": model_name, "batch_size": case.batch_size,
-            "precision": case.precision,
+            "precision": record["model_options"]["precision"],
             "embedding_update": case.embedding_update,
             "cowclip": case.cowclip, "vocab_scale": case.vocab_scale,
             "vocab_rows": sum(record["vocab_sizes"].values()),
             "distribution": record["distribution"]["strategy"],
             "replicas": record["distribution"]["replicas"],
             "steps": clock.timed_steps,
-            "seconds_per_step": step, "examples_per_second": rate,
+            "seconds_per_step": step, "cpu_seconds_per_step": cpu_step,
+            "examples_per_second": rate,
             "gflops_per_second": mlp_flops_per_example(model) * rate / 1e9,
-            "matmul_peak_gflops": matmul_peak}
+            "matmul_peak_gflops": matmul_peak, "input": case.input,
+            "input_share": input_seconds(split.train, steps) / cpu_step}
   if result["replicas"] > 1:
     # The parts below are timed on one device; here the collectives are.
     result["collective_share"] = collective_seconds(
-        model, case.batch_size, min(steps, 10)) / step
+        model, case.batch_size, min(steps, 10)) / cpu_step
   elif components:
     batch_features, _ = next(iter(split.train))
     parts = component_seconds(model, batch_features, min(steps, 10))
-    result.update({f"{name}_share": parts[name] / step
+    result.update({f"{name}_share": parts[name] / cpu_step
                    for name in COMPONENTS})
   return result
 
@@ -343,10 +380,13 @@ def run_benchmark(dataset: str, model_name: str, batch_sizes: Sequence[int],
                   vocab_scale: int = DEFAULT_VOCAB_SCALE,
                   options: models.ModelOptions = models.ModelOptions(),
                   warmup_steps: int = 3, steps: int = 20,
-                  seed: int = 1, precisions: Sequence[str] = ("float32",),
+                  seed: int = 1,
+                  precisions: Sequence[str] = (precision_lib.AUTO,),
                   components: bool = True,
                   work_dir: Optional[str] = None,
-                  distribution_: str = "none") -> List[Dict[str, object]]:
+                  distribution_: str = "none",
+                  inputs: Sequence[str] = ("pipeline",)
+                 ) -> List[Dict[str, object]]:
   """Times every case of benchmark_cases; one result dict per case.
 
   Args:
@@ -368,12 +408,15 @@ def run_benchmark(dataset: str, model_name: str, batch_sizes: Sequence[int],
       same file and threshold reuses them); None: a temporary directory.
     distribution_: settings.DISTRIBUTIONS: also time each case this way
       (its collectives' share instead of the parts).
+    inputs: some of INPUTS: each case with each input.
   """
   spec = features.get_spec(dataset)
   if not batch_sizes or any(b <= 0 for b in batch_sizes):
     raise ValueError(f"batch sizes must be positive, got {batch_sizes}")
   if vocab_scale < 1:
     raise ValueError(f"vocab_scale must be >= 1, got {vocab_scale}")
+  if not inputs or set(inputs) - set(INPUTS):
+    raise ValueError(f"inputs must be some of {INPUTS}, got {list(inputs)}")
   unknown = sorted(set(precisions) - set(models.PRECISIONS))
   if not precisions or unknown:
     raise ValueError(f"precisions must be some of {models.PRECISIONS}, got "
@@ -393,25 +436,26 @@ def run_benchmark(dataset: str, model_name: str, batch_sizes: Sequence[int],
                                warmup_steps, steps, peaks[case.precision],
                                components)
             for case in benchmark_cases(batch_sizes, vocab_scale,
-                                        precisions, distribution_)]
+                                        precisions, distribution_, inputs)]
 
 
 def format_table(results: Sequence[Mapping[str, object]]) -> str:
   """A fixed-width text table of benchmark results (shares in %)."""
   header = ("model", "batch", "precision", "update", "cowclip", "vocab",
-            "vocab rows", "devices", "s/step", "examples/s", "GFLOP/s",
-            "peak", "mlp%", "emb%", "opt%", "clip%", "coll%")
-  row = ("{:<7} {:>6} {:<14} {:<7} {:<7} {:>5} {:>10} {:>12} {:>8} {:>11} "
-         "{:>7} {:>5} {:>4} {:>4} {:>4} {:>5} {:>5}")
+            "vocab rows", "devices", "input", "s/step", "examples/s",
+            "GFLOP/s", "peak", "mlp%", "emb%", "opt%", "clip%", "coll%",
+            "in%")
+  row = ("{:<7} {:>6} {:<14} {:<7} {:<7} {:>5} {:>10} {:>12} {:<8} {:>8} "
+         "{:>11} {:>7} {:>5} {:>4} {:>4} {:>4} {:>5} {:>5} {:>4}")
   lines = [row.format(*header)]
   for r in results:
     shares = [f"{100 * r[f'{name}_share']:.0f}" if f"{name}_share" in r
-              else "-" for name in COMPONENTS + ("collective",)]
+              else "-" for name in COMPONENTS + ("collective", "input")]
     lines.append(row.format(
         r["model"], r["batch_size"], r["precision"], r["embedding_update"],
         "on" if r["cowclip"] else "off", f"x{r['vocab_scale']}",
         f"{r['vocab_rows']:,}", f"{r['distribution']} x{r['replicas']}",
-        f"{r['seconds_per_step']:.4f}",
+        r["input"], f"{r['seconds_per_step']:.4f}",
         f"{r['examples_per_second']:,.0f}", f"{r['gflops_per_second']:.1f}",
         "-" if r["matmul_peak_gflops"] is None else
         f"{r['matmul_peak_gflops']:.0f}", *shares))
@@ -453,9 +497,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="timed steps per case")
   parser.add_argument("--precisions",
                       type=flags.choice_list(models.PRECISIONS, "precision"),
-                      default=["float32"],
+                      default=[precision_lib.AUTO],
                       help="comma-separated, some of "
-                      f"{','.join(models.PRECISIONS)}")
+                      f"{','.join(models.PRECISIONS)} (default: auto, as the "
+                      "Trainer)")
+  parser.add_argument("--inputs", type=flags.choice_list(INPUTS, "input"),
+                      default=["pipeline"],
+                      help="comma-separated, some of "
+                      f"{','.join(INPUTS)}: the Trainer's input, or "
+                      f"{FIXED_BATCHES} of its batches repeated (no input "
+                      "work)")
   parser.add_argument("--no-components", dest="components",
                       action="store_false",
                       help="skip timing the parts of each step")
@@ -484,7 +535,8 @@ def main(args: argparse.Namespace) -> int:
       options=trainer_settings.model_options,
       warmup_steps=args.warmup_steps, steps=args.steps,
       precisions=args.precisions, components=args.components,
-      work_dir=args.work_dir, distribution_=trainer_settings.distribution)
+      work_dir=args.work_dir, distribution_=trainer_settings.distribution,
+      inputs=args.inputs)
   print(format_table(results))
   if args.output:
     write_csv(results, args.output)

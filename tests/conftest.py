@@ -13,6 +13,21 @@ keras_version.pin_keras3()
 CRITEO_EXAMPLE_ROWS = 3000
 
 
+@pytest.fixture(autouse=True)
+def float32_on_every_machine(monkeypatch):
+  """`--precision auto` resolves to float32 in every test: a test's numbers
+  must not depend on the machine's cores (auto picks mixed_bfloat16 where
+  bf16 matmuls are fast). test_precision tests the real probe
+  (precision.measure); the scripts tests run in their own processes set
+  their precision."""
+  # pylint: disable=g-import-not-at-top
+  from trainer_module import precision
+  # pylint: enable=g-import-not-at-top
+  monkeypatch.setattr(precision, "probe", lambda: {
+      "float32_gflops": 1.0, "bfloat16_gflops": 1.0, "bf16_speedup": 1.0,
+      "probe_seconds": 0.0})
+
+
 @pytest.fixture(scope="module")
 def criteo_examples(tmp_path_factory):
   """RawCtrExampleGen's output for CRITEO_EXAMPLE_ROWS generated Criteo

@@ -29,6 +29,10 @@ class TransformOutput:
     return {name: tf.io.FixedLenFeature([], tf.int64)
             for name in self._names + ("click",)}
 
+  def transformed_feature_spec(self) -> Dict[str, tf.io.FixedLenFeature]:
+    return {**self.raw_feature_spec(),
+            "click": tf.io.FixedLenFeature([], tf.float32)}
+
   def transform_features_layer(self):
     def transform(raw):
       return {**raw, "click": tf.cast(raw["click"], tf.float32)}

@@ -49,8 +49,10 @@ class ThroughputLogger(keras.callbacks.Callback):
   first epoch traces and compiles the step function); the last, partial
   batch counts as full. The value is also put into the epoch logs as
   ``examples_per_second``, so History and a TensorBoard callback placed
-  after this one record it; ``timed_steps`` and ``timed_seconds`` keep the
-  last epoch's measurement.
+  after this one record it; ``timed_steps``, ``timed_seconds`` and
+  ``timed_cpu_seconds`` (the process's CPU time over the same steps, all
+  threads: the step's work, which a loaded machine does not stretch as it
+  does wall time) keep the last epoch's measurement.
   """
 
   def __init__(self, batch_size: int, log_dir: Optional[str] = None,
@@ -64,6 +66,7 @@ class ThroughputLogger(keras.callbacks.Callback):
     self.warmup_steps = warmup_steps
     self.timed_steps = 0
     self.timed_seconds = 0.0
+    self.timed_cpu_seconds = 0.0
     self._writer = None
     self._start = None
     self._last_step_end = None
@@ -74,7 +77,7 @@ class ThroughputLogger(keras.callbacks.Callback):
     self._steps = 0
 
   def on_train_batch_end(self, batch, logs=None):
-    now = time.perf_counter()
+    now = (time.perf_counter(), time.process_time())
     self._steps = batch + 1
     if self._steps == self.warmup_steps:
       self._start = now
@@ -84,7 +87,8 @@ class ThroughputLogger(keras.callbacks.Callback):
     if self._steps <= self.warmup_steps:
       return  # Only warm-up steps ran: no meaningful rate.
     self.timed_steps = self._steps - self.warmup_steps
-    self.timed_seconds = self._last_step_end - self._start
+    self.timed_seconds = self._last_step_end[0] - self._start[0]
+    self.timed_cpu_seconds = self._last_step_end[1] - self._start[1]
     rate = self.timed_steps * self.batch_size / self.timed_seconds
     print(f"Epoch {epoch + 1}: {rate:,.0f} examples/s "
           f"({self.timed_steps} steps of batch {self.batch_size} in "

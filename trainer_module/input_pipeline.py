@@ -45,13 +45,15 @@ SAMPLING_KEY = (0x5EED, 0xC11C)
 # record, 13x the read itself; chunks 8x larger took 0.45 GiB more memory
 # (docs/benchmark_data.md).
 _RECORD_CHUNK = 8192
-# make_dataset's cache holds the training part and the validation slice in
-# memory when their serialized records plus CACHE_ROW_OVERHEAD bytes each (a
-# tf.string's header and allocation, measured in
-# docs/production_smelu_sampling.md) take at most CACHE_MEMORY_SHARE of the
-# free memory; else every pass reads the files, as without a cache.
-CACHE_MEMORY_SHARE = 0.25
-CACHE_ROW_OVERHEAD = 128
+# training_data holds the training part and the validation slice in memory
+# as the Transform output's columns (InMemoryPart) when they take at most
+# MEMORY_SHARE of the free memory: each epoch then gathers its shuffled
+# batches from them instead of parsing and transforming every record again,
+# which ran at about half the step's rate at batch 8192 on 2 cores
+# (docs/benchmark.md, the input path). Else every pass reads the files.
+MEMORY_SHARE = 0.25
+# Rows per batch of the one pass that loads a part into memory.
+_LOAD_BATCH = 8192
 # The default of the readers' negative_sampling_rate: keep every record.
 NO_SAMPLING = settings.DEFAULT_NEGATIVE_SAMPLING_RATE
 # What an absent feature counts as in example_keys (ExampleGen leaves out
@@ -164,14 +166,12 @@ class SplitStats:
     kept: records negative sampling at `rate` keeps (= records at rate 1).
     clicks: the kept records' sum of labels.
     weight: the kept records' sum of importance_weights.
-    kept_bytes: the kept records' serialized bytes (the cache's size).
   """
   rate: float
   records: np.ndarray
   kept: np.ndarray
   clicks: np.ndarray
   weight: np.ndarray
-  kept_bytes: np.ndarray
 
   def part(self, name: str, buckets: int) -> np.ndarray:
     """Which buckets are in part `name` (in_part)."""
@@ -228,14 +228,14 @@ def split_stats(file_patterns: List[str], raw_spec: Mapping[str, Any],
                    else tf.ones_like(labels, tf.bool), tf.float64)
     columns = tf.stack([
         tf.ones_like(kept), kept, kept * tf.cast(labels, tf.float64),
-        kept * tf.cast(importance_weights(labels, rate), tf.float64),
-        kept * tf.cast(tf.strings.length(serialized), tf.float64)], axis=1)
+        kept * tf.cast(importance_weights(labels, rate), tf.float64)],
+                       axis=1)
     return tf.math.unsorted_segment_sum(
         columns, record_buckets(keys), VALIDATION_BUCKETS)
 
   totals = _record_chunks(files).map(
       count, num_parallel_calls=tf.data.AUTOTUNE).reduce(
-          tf.zeros([VALIDATION_BUCKETS, 5], tf.float64), tf.add).numpy()
+          tf.zeros([VALIDATION_BUCKETS, 4], tf.float64), tf.add).numpy()
   return SplitStats(rate, *totals.T)
 
 
@@ -247,8 +247,8 @@ def make_dataset(file_patterns: List[str],
                  seed: Optional[int] = None,
                  part: str = "all",
                  buckets: int = 0,
-                 negative_sampling_rate: float = NO_SAMPLING,
-                 cache: bool = False) -> tf.data.Dataset:
+                 negative_sampling_rate: float = NO_SAMPLING
+                ) -> tf.data.Dataset:
   """(features, label) batches of transformed features from ExampleGen's
   raw examples.
 
@@ -264,23 +264,19 @@ def make_dataset(file_patterns: List[str],
   and a negative_sampling_rate below 1 keeps the records sampling keeps
   (select_records: on example_keys, in chunks of _RECORD_CHUNK, before
   the batches are parsed and transformed); then the batches are
-  (features, label, importance weight). `cache` keeps the selected
-  serialized records in memory after the first full pass, so later passes
-  (epochs, validations, the bias refit) neither read, decompress nor hash
-  the split again; they still shuffle, parse and transform.
+  (features, label, importance weight). Every pass reads the files again:
+  training_data holds a part in memory instead when it fits (InMemoryPart).
   """
   files = [f for p in file_patterns for f in tf.io.gfile.glob(p)]
   raw_spec = tf_transform_output.raw_feature_spec()
   transform = tf_transform_output.transform_features_layer()
   dataset = _record_chunks(files, shuffle, seed)
   rate = negative_sampling_rate
-  if part != "all" or rate < 1 or cache:
+  if part != "all" or rate < 1:
     dataset = dataset.map(
         lambda chunk: select_records(chunk, raw_spec, label, part, buckets,
                                      rate),
         num_parallel_calls=tf.data.AUTOTUNE)
-    if cache:
-      dataset = dataset.cache()
   dataset = dataset.unbatch()
   if shuffle:
     dataset = dataset.shuffle(max(16 * batch_size, 10_000), seed=seed)
@@ -295,6 +291,89 @@ def make_dataset(file_patterns: List[str],
 
   return dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE).prefetch(
       tf.data.AUTOTUNE)
+
+
+@dataclasses.dataclass(frozen=True)
+class InMemoryPart:
+  """A part of the split, parsed and transformed once (load_in_memory) and
+  held as columns: each epoch gathers its batches from them.
+
+  Attributes:
+    columns: make_dataset's batch structure ((features, label) or
+      (features, label, weight)), every tensor holding all `rows` rows.
+    rows: the part's examples.
+  """
+  columns: Any
+  rows: int
+
+  def batches(self, batch_size: int, shuffle: bool,
+              seed: Optional[int] = None) -> tf.data.Dataset:
+    """The part's batches, in a new random order every pass when `shuffle`
+    (a whole permutation of its rows, seeded by `seed`), else in order."""
+    indices = tf.data.Dataset.range(self.rows)
+    if shuffle:
+      indices = indices.shuffle(self.rows, seed=seed,
+                                reshuffle_each_iteration=True)
+    columns = self.columns
+    return indices.batch(batch_size).map(
+        lambda rows: tf.nest.map_structure(
+            lambda column: tf.gather(column, rows), columns),
+        num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+
+def load_in_memory(dataset: tf.data.Dataset, rows: int) -> InMemoryPart:
+  """The `rows` examples of an unshuffled make_dataset, column by column.
+
+  Each column is allocated once at its full size and filled batch by batch,
+  then copied into a tensor and let go before the next column is: the peak
+  is the part's size plus a column and a batch, not twice the part.
+
+  Raises:
+    ValueError: the dataset does not hold `rows` examples (the counting
+      pass and this one disagree).
+  """
+  structure, columns, filled = None, [], 0
+  for batch in dataset:
+    values = tf.nest.flatten(batch)
+    size = int(values[0].shape[0])
+    if filled + size > rows:
+      break
+    if structure is None:
+      structure = batch
+      columns = [np.empty((rows, *t.shape[1:]), t.dtype.as_numpy_dtype)
+                 for t in values]
+    for column, value in zip(columns, values):
+      column[filled:filled + size] = value.numpy()
+    filled += size
+  if filled != rows:
+    raise ValueError(f"the input holds {filled}+ examples where the counting "
+                     f"pass found {rows}")
+  tensors = []
+  while columns:
+    tensors.append(tf.convert_to_tensor(columns.pop(0)))
+  return InMemoryPart(tf.nest.pack_sequence_as(structure, tensors), rows)
+
+
+def transformed_row_bytes(tf_transform_output: tft.TFTransformOutput,
+                          weighted: bool) -> Optional[int]:
+  """Bytes of one example in an InMemoryPart (the Transform output's
+  fixed-length features and the label, the importance weight when
+  `weighted`, and its index in the shuffle's buffer); None when a feature
+  has no fixed length."""
+  total = 8 + (4 if weighted else 0)
+  for spec in tf_transform_output.transformed_feature_spec().values():
+    if not isinstance(spec, tf.io.FixedLenFeature):
+      return None
+    total += spec.dtype.size * int(np.prod(spec.shape, dtype=np.int64))
+  return total
+
+
+def memory_fits(rows: int, row_bytes: Optional[int],
+                available_bytes: int) -> bool:
+  """Whether `rows` examples of `row_bytes` each fit the memory budget
+  (MEMORY_SHARE of the free memory)."""
+  return row_bytes is not None and (
+      rows * row_bytes <= MEMORY_SHARE * available_bytes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -313,9 +392,9 @@ class TrainingData:
     validation_buckets: the slice's hash buckets (validation_buckets).
     negative_sampling: {} without negative sampling; else the record of
       sampling_record (rate, weights, the instability warning).
-    cached: whether the training part keeps its records in memory after
-      its first pass (make_dataset's cache; cache_fits). The validation
-      slice keeps them whenever it fits on its own.
+    in_memory: the training part held in memory (InMemoryPart; None: it
+      did not fit, and every epoch reads the files). The validation slice
+      is held in memory whenever it fits on its own.
   """
   train: tf.data.Dataset
   validation: tf.data.Dataset
@@ -325,12 +404,12 @@ class TrainingData:
   validation_buckets: int
   negative_sampling: Mapping[str, Any] = dataclasses.field(
       default_factory=dict)
-  cached: bool = False
+  in_memory: Optional[InMemoryPart] = None
 
 
 def release_memory() -> None:
-  """Gives the memory of datasets no longer referenced (make_dataset's
-  cache: an allocation per record) back to the system when training ends.
+  """Gives the memory of datasets no longer referenced (their buffers and
+  InMemoryPart's columns) back to the system when training ends.
   glibc keeps freed small allocations for the process: after run_fn on
   900k records, 1.0 GiB until malloc_trim (docs/benchmark_data.md, the
   cache's release). A garbage collection first frees what only reference
@@ -340,14 +419,6 @@ def release_memory() -> None:
     ctypes.CDLL("libc.so.6").malloc_trim(0)
   except (OSError, AttributeError):
     pass
-
-
-def cache_fits(rows: int, serialized_bytes: int,
-               available_bytes: int) -> bool:
-  """Whether make_dataset's cache of these records fits the memory budget
-  (CACHE_MEMORY_SHARE of the free memory, CACHE_ROW_OVERHEAD per row)."""
-  return (serialized_bytes + rows * CACHE_ROW_OVERHEAD
-          <= CACHE_MEMORY_SHARE * available_bytes)
 
 
 def sampling_record(rate: float, click_rate: float,
@@ -384,13 +455,16 @@ def sampling_record(rate: float, click_rate: float,
 def training_part(train_files: List[str],
                   tf_transform_output: tft.TFTransformOutput, label: str,
                   batch_size: int, buckets: int, negative_sampling_rate: float,
-                  seed: Optional[int], cache: bool = False) -> tf.data.Dataset:
+                  seed: Optional[int],
+                  in_memory: Optional[InMemoryPart] = None) -> tf.data.Dataset:
   """The shuffled training part of the train split (TrainingData.train):
-  one definition for training_data and each replica's own shuffle."""
+  from `in_memory` when the part is held there, else read from the files.
+  One definition for training_data and each replica's own shuffle."""
+  if in_memory is not None:
+    return in_memory.batches(batch_size, shuffle=True, seed=seed)
   return make_dataset(train_files, tf_transform_output, label, batch_size,
                       shuffle=True, seed=seed, part="train", buckets=buckets,
-                      negative_sampling_rate=negative_sampling_rate,
-                      cache=cache)
+                      negative_sampling_rate=negative_sampling_rate)
 
 
 def training_data(train_files: List[str],
@@ -398,7 +472,7 @@ def training_data(train_files: List[str],
                   batch_size: int, seed: Optional[int] = None,
                   negative_sampling_rate: float = NO_SAMPLING) -> TrainingData:
   """The training part and the validation slice of the train split
-  (`seed`: the training part's shuffle, make_dataset).
+  (`seed`: the training part's shuffle).
 
   Negative sampling (rate below 1) applies to both parts, with the same
   weights: the weighted validation log loss estimates the unsampled one,
@@ -407,12 +481,12 @@ def training_data(train_files: List[str],
   (the Evaluator, the study) scores the unsampled eval examples without
   weights, the distribution the model serves.
 
-  One pass over the split counts both parts (split_stats); when the kept
-  records fit (cache_fits), both parts are cached in memory, so epochs
-  after the first read, decompress and hash only what sampling kept. When
-  they do not, the validation slice (at most MAX_VALIDATION_EXAMPLES) is
-  still cached on its own: else every validation and the bias refit would
-  read the whole split again to find it.
+  One pass over the split counts both parts (split_stats). Each part that
+  fits (memory_fits; the validation slice first, it is at most
+  MAX_VALIDATION_EXAMPLES) is then parsed and transformed once and held in
+  memory (load_in_memory): epochs, validations and the bias refit gather
+  from it. A training part that does not fit is read from the files every
+  epoch (make_dataset).
   """
   if seed is not None:
     # tf.data pairs a shuffle's seed with TensorFlow's global seed: set it
@@ -434,20 +508,25 @@ def training_data(train_files: List[str],
     sampling = sampling_record(rate, click_rate, batch_size)
     if sampling["warning"]:
       logging.warning("%s", sampling["warning"])
-  available = psutil.virtual_memory().available
-  cache = cache_fits(int(stats.kept.sum()), int(stats.kept_bytes.sum()),
-                     available)
-  validation = stats.part("validation", buckets)
-  cache_validation = cache or cache_fits(
-      int(stats.kept[validation].sum()),
-      int(stats.kept_bytes[validation].sum()), available)
+  row_bytes = transformed_row_bytes(tf_transform_output, rate < 1)
+
+  def held(part: str, rows: int) -> Optional[InMemoryPart]:
+    if not memory_fits(rows, row_bytes, psutil.virtual_memory().available):
+      return None
+    return load_in_memory(make_dataset(
+        train_files, tf_transform_output, label, _LOAD_BATCH, shuffle=False,
+        part=part, buckets=buckets, negative_sampling_rate=rate), rows)
+
+  validation = held("validation", validation_examples)
+  in_memory = held("train", train_examples)
   return TrainingData(
       train=training_part(train_files, tf_transform_output, label,
-                          batch_size, buckets, rate, seed, cache),
-      validation=make_dataset(train_files, tf_transform_output, label,
-                              batch_size, shuffle=False, part="validation",
-                              buckets=buckets, negative_sampling_rate=rate,
-                              cache=cache_validation),
+                          batch_size, buckets, rate, seed, in_memory),
+      validation=(validation.batches(batch_size, shuffle=False)
+                  if validation is not None else
+                  make_dataset(train_files, tf_transform_output, label,
+                               batch_size, shuffle=False, part="validation",
+                               buckets=buckets, negative_sampling_rate=rate)),
       train_examples=train_examples, validation_examples=validation_examples,
       click_rate=click_rate, validation_buckets=buckets,
-      negative_sampling=sampling, cached=cache)
+      negative_sampling=sampling, in_memory=in_memory)

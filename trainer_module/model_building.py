@@ -12,6 +12,7 @@ from trainer_module import distribution
 from trainer_module import features
 from trainer_module import hparams
 from trainer_module import models
+from trainer_module import precision
 from trainer_module import preprocessing
 from trainer_module import scaling
 from trainer_module import training
@@ -96,7 +97,8 @@ def build_and_compile(settings: TrainerSettings, tuned: Mapping[str, Any],
 
   Returns:
     The model and the record of what it was built with: training_hparams
-    plus vocab_sizes and model_options.
+    plus vocab_sizes, model_options (the precision resolved) and
+    precision (the setting, the choice and, for auto, the probe's rates).
   """
   spec = settings.spec
   architecture = architecture or settings.model
@@ -124,8 +126,12 @@ def build_and_compile(settings: TrainerSettings, tuned: Mapping[str, Any],
                                   bias_constraints=())
               if architecture == models.LOGISTIC_REGRESSION
               else settings.step)))
+  chosen, probe = precision.resolve(options.precision)
   record.update(vocab_sizes=vocab_sizes, click_rate=click_rate,
-                model_options=dataclasses.asdict(options),
+                model_options=dataclasses.asdict(
+                    dataclasses.replace(options, precision=chosen)),
+                precision={"setting": options.precision, "chosen": chosen,
+                           **probe},
                 distribution={"strategy": distribution.resolve(
                                   settings.distribution),
                               "replicas": strategy.num_replicas_in_sync})

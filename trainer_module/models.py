@@ -42,6 +42,7 @@ import keras
 from keras import ops
 import tensorflow as tf
 
+from trainer_module import precision as precision_lib
 from trainer_module import settings
 from trainer_module import training
 
@@ -427,4 +428,6 @@ def build_model(name: str, vocab_sizes: Mapping[str, int],
   Returns:
     The model; compile it with training.compile_model.
   """
-  return CTRModel(name, vocab_sizes, dense_features, options)
+  chosen, _ = precision_lib.resolve(options.precision)
+  return CTRModel(name, vocab_sizes, dense_features,
+                  dataclasses.replace(options, precision=chosen))

@@ -29,7 +29,7 @@ DEFAULT_MODEL = "deepfm"
 # The baseline architecture: no embeddings wider than 1, no interactions.
 LOGISTIC_REGRESSION = "lr"
 # Keras dtype policies of the DNN and cross layers (see ModelOptions).
-PRECISIONS = ("float32", "mixed_bfloat16")
+PRECISIONS = ("auto", "float32", "mixed_bfloat16")
 # How embedding rows are updated (training.py's module doc).
 EMBEDDING_UPDATES = ("dense", "sparse")
 DEFAULT_EMBEDDING_UPDATE = "dense"
@@ -119,7 +119,10 @@ class ModelOptions:
       suit the ReLU stack in theory but gives 2x larger initial activations
       than the setting the scaled hyperparameters were tuned for.
     precision: dtype policy of the DNN and cross layers, the matrix
-      products. "mixed_bfloat16" computes them in bfloat16 with float32
+      products. "auto" measures this machine's matmul rates and picks
+      mixed_bfloat16 where bf16 is at least 1.3x faster, else float32
+      (trainer_module/precision.py). "mixed_bfloat16" computes them in
+      bfloat16 with float32
       weights (Keras mixed precision), so their gradients, the embedding
       tables, the FM term, the logit, CowClip and the L2 term stay float32
       (bf16 keeps float32's exponent range: no loss scaling, zeta keeps its
@@ -139,9 +142,9 @@ class ModelOptions:
   embedding_stddev: float = 1e-2
   dense_initializer: str = "glorot_normal"
   precision: str = options.option(
-      "float32", "dtype policy of the DNN/cross layers (mixed_bfloat16 pays "
-      "only with bf16 matrix units, see docs/benchmark.md)",
-      choices=PRECISIONS)
+      "auto", "dtype policy of the DNN/cross layers (auto: mixed_bfloat16 "
+      "where a matmul probe finds bf16 at least 1.3x faster than float32, "
+      "see docs/benchmark.md)", choices=PRECISIONS)
   activation: str = options.option(
       DEFAULT_ACTIVATION, "activation of the DNN layers (smelu: the smooth "
       "ReLU, more reproducible retrains)", choices=ACTIVATIONS)

@@ -171,7 +171,7 @@ def train_replicas(settings: TrainerSettings, data: TrainingData,
         data, train=training_part(
             train_files, tf_transform_output, settings.spec.label,
             settings.batch_size, data.validation_buckets,
-            settings.negative_sampling_rate, replica_seed, data.cached))
+            settings.negative_sampling_rate, replica_seed, data.in_memory))
     replica_callbacks = [callbacks_lib.ThroughputLogger(settings.batch_size),
                          *callbacks]
     if log_dir is not None:

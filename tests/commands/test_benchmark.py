@@ -12,6 +12,7 @@ from commands import flags
 from commands import generate
 from trainer_module import features
 from trainer_module import input_pipeline
+from trainer_module import precision
 from trainer_module import models
 from trainer_module import preprocessing
 
@@ -103,19 +104,25 @@ def test_benchmark_command_writes_positive_rates(criteo_file, work_dir,
                    "--batch-sizes", "64", "--hidden-units", "16",
                    "--min-frequency", str(MIN_FREQUENCY), "--vocab-scale", "3",
                    "--warmup-steps", "1", "--steps", "2",
+                   "--inputs", "pipeline,fixed",
                    "--work-dir", str(work_dir), "--output", str(out)])
   assert code == 0
   with open(out, newline="") as f:
     reader = csv.DictReader(f)
     assert tuple(reader.fieldnames) == benchmark.COLUMNS
     rows = list(reader)
-  # Batch 64 x 2 updates x CowClip on/off, then the same at vocab x3.
-  assert len(rows) == 8
+  # Batch 64 x 2 updates x CowClip on/off x 2 inputs, then the Trainer's
+  # input at vocab x3.
+  assert len(rows) == 12
+  assert {r["input"] for r in rows if r["vocab_scale"] == "1"} == {
+      "pipeline", "fixed"}
   for row in rows:
     assert float(row["seconds_per_step"]) > 0
     assert float(row["examples_per_second"]) > 0
     assert int(row["steps"]) == 2
-    assert row["precision"] == "float32"
+    # The default, auto, resolved as the Trainer resolves it.
+    assert row["precision"] == precision.resolve("auto")[0]
+    assert float(row["input_share"]) > 0
     assert float(row["matmul_peak_gflops"]) > 0
     assert float(row["gflops_per_second"]) > 0
     for name in benchmark.COMPONENTS:

@@ -71,7 +71,7 @@ def _train(strategy, architecture, fields, weighted):
     model = models.build_model(
         architecture, VOCAB, ("x",),
         models.ModelOptions(embedding_dim=3, hidden_units=(8,),
-                            cross_layers=1))
+                            cross_layers=1, precision="float32"))
     training.compile_model(model, training.TrainingConfig(
         **BASE, step=settings.StepOptions(**fields)))
   initial = {v.path: np.asarray(v.numpy()) for v in model.weights}

@@ -31,7 +31,8 @@ def _run(kind, transform_dir, out_dir, files, cpu_devices):
   settings = TrainerSettings(
       dataset="criteo", batch_size=128, epochs=2, seed=3, distribution=kind,
       cpu_devices=cpu_devices,
-      model_options=ModelOptions(embedding_dim=4, hidden_units=(16, 16)))
+      model_options=ModelOptions(embedding_dim=4, hidden_units=(16, 16),
+                                 precision="float32"))
   serving_dir = os.path.join(out_dir, kind, "serving")
   trainer.run_fn(types.SimpleNamespace(
       custom_config=settings.to_custom_config(),

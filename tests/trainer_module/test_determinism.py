@@ -77,7 +77,7 @@ def test_same_seed_same_predictions_other_seed_other(inputs, tmp_path):
 
 def test_run_fn_lets_the_training_cache_go_before_the_export(
     inputs, tmp_path, monkeypatch):
-  """The datasets holding make_dataset's cache are gone when run_fn
+  """The datasets holding the parts in memory are gone when run_fn
   exports (and the Evaluator, which may run in the same process, starts):
   nothing but the garbage they leave is measured in
   docs/benchmark_data.md."""
@@ -86,7 +86,7 @@ def test_run_fn_lets_the_training_cache_go_before_the_export(
 
   def recording_data(*args, **kwargs):
     data = real_data(*args, **kwargs)
-    assert data.cached
+    assert data.in_memory is not None
     datasets.extend([weakref.ref(data.train), weakref.ref(data.validation)])
     return data
 

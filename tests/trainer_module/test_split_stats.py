@@ -1,5 +1,6 @@
-"""The input pipeline's one counting pass (split_stats) and its record
-cache: the same rows, labels and weights as selecting record by record."""
+"""The input pipeline's one counting pass (split_stats) and the parts it
+holds in memory: the same rows, labels and weights as selecting record by
+record."""
 
 import types
 
@@ -59,8 +60,6 @@ def test_one_pass_counts_every_part_as_the_record_by_record_rule(
   np.testing.assert_array_equal(
       stats.records, np.bincount(fingerprint,
                                  minlength=input_pipeline.VALIDATION_BUCKETS))
-  assert stats.kept_bytes.sum() == sum(
-      len(r) for r, k in zip(records, kept) if k)
   for part, rows in (("all", np.ones_like(kept)), ("train", ~validation),
                      ("validation", validation)):
     chosen = rows & kept
@@ -85,7 +84,7 @@ def test_one_pass_counts_every_part_as_the_record_by_record_rule(
     stats.label_stats("test", buckets)
 
 
-def test_cached_dataset_yields_the_same_rows_and_weights_every_pass(
+def test_in_memory_part_yields_the_same_rows_and_weights_every_pass(
     tmp_path):
   labels = (np.random.default_rng(4).random(2000) < 0.2).astype(np.float32)
   _, files = _write(tmp_path, labels)
@@ -94,49 +93,55 @@ def test_cached_dataset_yields_the_same_rows_and_weights_every_pass(
     return sorted((int(r), float(l), float(w)) for f, l, ws in dataset
                   for r, l, w in zip(f["row"], l, ws))
 
-  def dataset(cache, shuffle):
-    return input_pipeline.make_dataset(files, _TRANSFORM,
-                                "click", 64, shuffle=shuffle, seed=5,
-                                part="train", buckets=100,
-                                negative_sampling_rate=0.5, cache=cache)
-
   def order(dataset):
     return [int(r) for f, _, _ in dataset for r in f["row"]]
 
-  plain = dataset(cache=False, shuffle=False)
+  plain = input_pipeline.make_dataset(files, _TRANSFORM, "click", 64,
+                                      shuffle=False, part="train",
+                                      buckets=100, negative_sampling_rate=0.5)
   want = rows(plain)
-  cached = dataset(cache=True, shuffle=True)
-  first, second = order(cached), order(cached)
-  assert rows(cached) == want  # Third pass, from memory.
+  part = input_pipeline.load_in_memory(plain, len(want))
+  shuffled = part.batches(64, shuffle=True, seed=5)
+  first, second = order(shuffled), order(shuffled)
+  assert rows(shuffled) == want
   assert sorted(first) == sorted(second) == [r for r, _, _ in want]
-  assert first != second  # Still reshuffled every pass.
-  # Unshuffled, the cache keeps the files' order.
-  in_order = dataset(cache=True, shuffle=False)
-  assert order(in_order) == order(in_order) == order(plain)
+  assert first != second  # A new permutation every pass...
+  # ... the same ones for the same seed (a seeded run repeats).
+  assert order(part.batches(64, shuffle=True, seed=5)) == first
+  assert [len(f["row"]) for f, _, _ in shuffled] == [64] * (
+      len(want) // 64) + ([len(want) % 64] if len(want) % 64 else [])
+  # Unshuffled, the files' order.
+  assert order(part.batches(64, shuffle=False)) == order(plain)
+  with pytest.raises(ValueError, match="counting pass found"):
+    input_pipeline.load_in_memory(plain, len(want) + 1)
 
 
-def test_cache_fits_the_memory_budget():
-  rows, size = 1000, 300_000
-  need = size + rows * input_pipeline.CACHE_ROW_OVERHEAD
-  available = need / input_pipeline.CACHE_MEMORY_SHARE
-  assert input_pipeline.cache_fits(rows, size, int(available))
-  assert not input_pipeline.cache_fits(rows, size, int(available) - 10)
+def test_memory_fits_the_budget():
+  # The fake Transform output: an int64 feature and a float32 label, and
+  # the shuffle's int64 index.
+  row_bytes = input_pipeline.transformed_row_bytes(_TRANSFORM, False)
+  assert row_bytes == 20
+  assert input_pipeline.transformed_row_bytes(_TRANSFORM, True) == 24
+  available = 1000 * row_bytes / input_pipeline.MEMORY_SHARE
+  assert input_pipeline.memory_fits(1000, row_bytes, int(available))
+  assert not input_pipeline.memory_fits(1000, row_bytes, int(available) - 10)
+  assert not input_pipeline.memory_fits(1, None, 10**12)
 
 
-def test_validation_slice_is_cached_alone_when_the_split_does_not_fit(
+def test_validation_slice_is_held_alone_when_the_split_does_not_fit(
     tmp_path, monkeypatch):
   labels = (np.random.default_rng(5).random(3000) < 0.2).astype(np.float32)
   records, files = _write(tmp_path, labels)
-  # Memory for twice the validation slice's cache, a fraction of the
-  # split's (the slice is ~10% of it).
-  slice_bytes = sum(len(r) + input_pipeline.CACHE_ROW_OVERHEAD
-                    for r in records) * input_pipeline.VALIDATION_FRACTION
+  # Memory for twice the validation slice, a fraction of the split (the
+  # slice is ~10% of it).
+  slice_bytes = (len(records) * input_pipeline.VALIDATION_FRACTION *
+                 input_pipeline.transformed_row_bytes(_TRANSFORM, False))
   memory = types.SimpleNamespace(
-      available=int(2 * slice_bytes / input_pipeline.CACHE_MEMORY_SHARE))
+      available=int(2 * slice_bytes / input_pipeline.MEMORY_SHARE))
   monkeypatch.setattr(input_pipeline.psutil, "virtual_memory", lambda: memory)
   data = input_pipeline.training_data(files, _TRANSFORM, "click",
                                100)
-  assert not data.cached
+  assert data.in_memory is None
   first = sorted(int(r) for f, _ in data.validation for r in f["row"])
   for path in tmp_path.glob("train-*.gz"):
     path.unlink()
