@@ -124,8 +124,9 @@ def transform(spec: features.DatasetSpec, path: str, min_frequency: int,
     the pipeline's errors: a file without the dataset's layout fails in
     ExampleGen, which names it.
   """
-  config = PipelineConfig.from_fields(dataset=spec.name, data=path, output=work_dir,
-                          min_frequency=min_frequency)
+  config = PipelineConfig.from_fields(dataset=spec.name, data=path,
+                                      output=work_dir,
+                                      min_frequency=min_frequency)
   inputs = study_data.transform_once(config)
   return TransformedData(
       tft.TFTransformOutput(inputs.transform_graph),
