@@ -165,6 +165,24 @@ def test_run_page_says_what_the_production_options_did(tmp_path):
   assert "Production options" not in plain
 
 
+def test_run_page_says_which_precision_auto_chose_and_why(tmp_path):
+  training = {**TRAINING, "precision": {
+      "setting": "auto", "chosen": "mixed_bfloat16", "float32_gflops": 518.0,
+      "bfloat16_gflops": 930.0, "bf16_speedup": 930 / 518,
+      "probe_seconds": 0.4}}
+  page = open(report.write_run_page(_summary(str(tmp_path),
+                                             training=training)),
+              encoding="utf-8").read()
+  assert ("<td>mixed_bfloat16 (auto: bf16 matmul 1.80x float32, 930 against "
+          "518 GFLOP/s)</td>") in page
+  chosen = {**TRAINING, "precision": {"setting": "float32",
+                                      "chosen": "float32"}}
+  page = open(report.write_run_page(_summary(str(tmp_path / "set"),
+                                             training=chosen)),
+              encoding="utf-8").read()
+  assert "<td>precision of the DNN</td><td>float32</td>" in page
+
+
 def test_page_of_a_run_that_stopped_before_training(tmp_path):
   run = RunSummary(str(tmp_path), problems=("could not read X",))
   page = open(report.write_run_page(run), encoding="utf-8").read()
