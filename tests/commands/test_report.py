@@ -44,8 +44,8 @@ Component = Tuple[str, str, str, Sequence[Output]]
 
 
 def _config(output_dir: str, **overrides) -> PipelineConfig:
-  return PipelineConfig.from_fields(dataset="criteo", data=output_dir, output=output_dir,
-                        **overrides)
+  return PipelineConfig.from_fields(
+      dataset="criteo", data=output_dir, output=output_dir, **overrides)
 
 
 def _write_examples(config: PipelineConfig, path: str, seed: int) -> None:

@@ -44,7 +44,8 @@ def test_unknown_rule_or_model_is_rejected():
 
 
 def test_study_eval_config_is_the_pipelines_cut_to_what_is_reported():
-  config = PipelineConfig.from_fields(dataset="criteo", data="unused", output="unused")
+  config = PipelineConfig.from_fields(
+      dataset="criteo", data="unused", output="unused")
   full = create_eval_config(config)
   cut = study_evaluation.study_eval_config(config)
   assert list(cut.model_specs) == list(full.model_specs)
@@ -125,8 +126,8 @@ def test_last_epoch_weights_are_the_last_not_the_restored_best():
 def test_replicas_reach_the_eval_config_and_seeds_may_not_share_them():
   """With replicas the study's TFMA config keeps the Evaluator's replica PD
   and per-replica AUC; a run of seed s trains replicas s..s+N-1."""
-  config = PipelineConfig.from_fields(dataset="criteo", data="unused", output="unused",
-                          replicas=2)
+  config = PipelineConfig.from_fields(
+      dataset="criteo", data="unused", output="unused", replicas=2)
   cut = study_evaluation.study_eval_config(config)
   names = [m.class_name for spec in cut.metrics_specs for m in spec.metrics]
   assert "ReplicaPredictionDifference" in names
@@ -181,8 +182,8 @@ def _row(rule, batch, seed, auc, diverged=False, cowclip=None):
 
 
 def test_a_run_that_trains_like_a_finished_one_reuses_its_row(tmp_path):
-  config = PipelineConfig.from_fields(dataset="criteo", data="d", output=str(tmp_path),
-                          epochs=2)
+  config = PipelineConfig.from_fields(
+      dataset="criteo", data="d", output=str(tmp_path), epochs=2)
   base = config.spec.base_batch_size
   rows = []
   for rule, batch in (("none", base), ("cowclip", base), ("none", 4 * base)):
@@ -210,7 +211,8 @@ def test_a_run_that_trains_like_a_finished_one_reuses_its_row(tmp_path):
               study.StudyRun("deepfm", "cowclip", 4 * base, 1, True)):
     assert study.same_training(config, run, rows) is None, run.key
   assert study.same_training(
-      PipelineConfig.from_fields(dataset="criteo", data="d", output="o", epochs=1),
+      PipelineConfig.from_fields(
+          dataset="criteo", data="d", output="o", epochs=1),
       sqrt_base, rows) is None
 
 

@@ -32,7 +32,8 @@ BEST_VALUES = {"dense_lr": 1e-3, "embed_lr": 1e-4, "l2": 1e-5, "r": 1.0,
 
 
 def _config(**fields):
-  return PipelineConfig.from_fields(dataset="criteo", data="d", output="o", **fields)
+  return PipelineConfig.from_fields(
+      dataset="criteo", data="d", output="o", **fields)
 
 
 def _parse(*argv):

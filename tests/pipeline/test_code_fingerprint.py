@@ -47,8 +47,8 @@ def _fingerprints(**fields):
 
 
 def _components():
-  config = config_lib.PipelineConfig.from_fields(dataset="criteo", data="d", output="o",
-                                     tune=True)
+  config = config_lib.PipelineConfig.from_fields(
+      dataset="criteo", data="d", output="o", tune=True)
   return pipeline_lib.create_pipeline(config).components
 
 

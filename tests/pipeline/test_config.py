@@ -12,32 +12,32 @@ def test_vocabulary_threshold_follows_the_estimated_data_size(tmp_path):
   assert config_lib.estimate_rows(str(small)) == 5000
   assert config_lib.estimate_rows(str(tmp_path)) == 5000  # A directory.
   assert config_lib.estimate_rows("gs://bucket/train.txt") is None
-  config = config_lib.PipelineConfig.from_fields(dataset="criteo", data=str(small),
-                                     output=str(tmp_path / "out"))
+  config = config_lib.PipelineConfig.from_fields(
+      dataset="criteo", data=str(small), output=str(tmp_path / "out"))
   # 4,500 train rows: ids need a share of 10 / 41M rows: the floor, 2.
   assert config.transform_config["min_frequency"] == 2
   spec = config.spec
   assert spec.auto_min_frequency(spec.reference_examples) == 10
   assert spec.auto_min_frequency(spec.reference_examples // 2) == 5
   assert spec.auto_min_frequency(10**10) == 10
-  given = config_lib.PipelineConfig.from_fields(dataset="criteo", data=str(small),
-                                    output="o", min_frequency=7)
+  given = config_lib.PipelineConfig.from_fields(
+      dataset="criteo", data=str(small), output="o", min_frequency=7)
   assert given.transform_config["min_frequency"] == 7
-  remote = config_lib.PipelineConfig.from_fields(dataset="criteo", data="gs://b/t.txt",
-                                     output="o")
+  remote = config_lib.PipelineConfig.from_fields(
+      dataset="criteo", data="gs://b/t.txt", output="o")
   assert remote.transform_config["min_frequency"] == 10
 
 
 def test_auto_hparams_skip_the_overridden_keys():
-  config = config_lib.PipelineConfig.from_fields(dataset="criteo", data="d", output="o",
-                                     hparams={"embed_lr": 1e-3})
+  config = config_lib.PipelineConfig.from_fields(
+      dataset="criteo", data="d", output="o", hparams={"embed_lr": 1e-3})
   assert config.trainer.auto_hparam_keys == ("dense_lr", "l2")
-  off = config_lib.PipelineConfig.from_fields(dataset="criteo", data="d", output="o",
-                                  auto_hparams=False)
+  off = config_lib.PipelineConfig.from_fields(
+      dataset="criteo", data="d", output="o", auto_hparams=False)
   assert off.trainer.auto_hparam_keys == ()
   with pytest.raises(ValueError, match="max_auc_below_lr must be >= 0"):
-    config_lib.PipelineConfig.from_fields(dataset="criteo", data="d", output="o",
-                              max_auc_below_lr=-0.1)
+    config_lib.PipelineConfig.from_fields(
+        dataset="criteo", data="d", output="o", max_auc_below_lr=-0.1)
 
 
 @pytest.mark.parametrize("fields, message", [

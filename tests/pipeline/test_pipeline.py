@@ -12,8 +12,8 @@ def test_transform_computes_no_statistics_of_its_own(tmp_path):
   # statistics were unread and made Beam hold every transformed example in
   # memory (Transform at 1M rows: 4.17 GB with them, 1.45 GB without;
   # docs/benchmark_data.md).
-  config = config_lib.PipelineConfig.from_fields(dataset="criteo", data=str(tmp_path),
-                                     output=str(tmp_path / "out"))
+  config = config_lib.PipelineConfig.from_fields(
+      dataset="criteo", data=str(tmp_path), output=str(tmp_path / "out"))
   pipeline = pipeline_lib.create_pipeline(config)
   (transform,) = [c for c in pipeline.components if c.id == "Transform"]
   assert transform.exec_properties["disable_statistics"] == 1
@@ -25,8 +25,8 @@ def test_trainer_reads_raw_examples_through_the_transform_graph(tmp_path):
   # example through Beam was about half of its time
   # (docs/benchmark_data.md). The Trainer and the Evaluator read the same
   # raw examples, and the Transform graph maps them, as serving does.
-  config = config_lib.PipelineConfig.from_fields(dataset="criteo", data=str(tmp_path),
-                                     output=str(tmp_path / "out"))
+  config = config_lib.PipelineConfig.from_fields(
+      dataset="criteo", data=str(tmp_path), output=str(tmp_path / "out"))
   components = {c.id: c for c in
                 pipeline_lib.create_pipeline(config).components}
   transform = components["Transform"]
@@ -41,8 +41,8 @@ def test_trainer_reads_raw_examples_through_the_transform_graph(tmp_path):
 def test_transform_writes_no_analyzer_cache(tmp_path):
   # Nothing reads it back, and writing it cost 27% of the analysis at 1M
   # rows (docs/benchmark_data.md).
-  config = config_lib.PipelineConfig.from_fields(dataset="criteo", data=str(tmp_path),
-                                     output=str(tmp_path / "out"))
+  config = config_lib.PipelineConfig.from_fields(
+      dataset="criteo", data=str(tmp_path), output=str(tmp_path / "out"))
   (transform,) = [c for c in pipeline_lib.create_pipeline(config).components
                   if c.id == "Transform"]
   assert "updated_analyzer_cache" not in transform.outputs
@@ -53,8 +53,8 @@ def test_transform_reads_with_tensorflow(tmp_path):
   # TFX's Transform with TensorFlow's reader: the same outputs
   # (tests/components/test_transform.py) at about half the CPU per row
   # (docs/benchmark_data.md).
-  config = config_lib.PipelineConfig.from_fields(dataset="criteo", data=str(tmp_path),
-                                     output=str(tmp_path / "out"))
+  config = config_lib.PipelineConfig.from_fields(
+      dataset="criteo", data=str(tmp_path), output=str(tmp_path / "out"))
   (transform,) = [c for c in pipeline_lib.create_pipeline(config).components
                   if c.id == "Transform"]
   assert transform.executor_spec.executor_class is transform_lib.Executor
@@ -76,8 +76,8 @@ def test_big_local_inputs_give_statistics_its_workers(tmp_path):
   data = tmp_path / "train.txt"
   # Only the row estimate (bytes over line length) reads the file here.
   data.write_bytes(b"0\n" * (pipeline_lib.MULTIPROCESS_MIN_ROWS + 1000))
-  config = config_lib.PipelineConfig.from_fields(dataset="criteo", data=str(data),
-                                     output=str(tmp_path / "out"))
+  config = config_lib.PipelineConfig.from_fields(
+      dataset="criteo", data=str(data), output=str(tmp_path / "out"))
   assert config.estimated_rows >= pipeline_lib.MULTIPROCESS_MIN_ROWS
   components = {c.id: c for c in
                 pipeline_lib.create_pipeline(config).components}
