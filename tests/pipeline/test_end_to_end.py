@@ -25,7 +25,7 @@ from commands import cli
 from commands import generate
 from commands import console
 from commands import report_reading
-from components import lr_gate
+from components import gate_metrics
 from conftest import run_command
 from pipeline import metadata
 from pipeline import runner
@@ -51,7 +51,7 @@ def run_arguments(dataset, data, output, *extra):
           "--calibration-band", "0.7,1.3",
           # 4k eval rows: AUC's standard error is ~0.008, and the
           # generated Avazu signal is nearly linear (deep ~ LR).
-          # The LR check's refusal is tested in test_lr_gate.
+          # The LR check's refusal is tested in test_gate_metrics.
           "--max-auc-below-lr", "0.02",
           # Criteo's test.txt and readme.txt beside train.txt.gz.
           "--skip-foreign-files", *extra]
@@ -250,7 +250,7 @@ def test_model_serves_its_logistic_regression_baseline_and_early_stops(
   evaluation = report_reading.read_evaluation(metadata.read_outcome_at(
       str(output / "metadata.sqlite")).evaluation)
   lr = report_reading.LR_PREFIX
-  assert {"auc", lr_gate.AUC_OVER_LR, lr + "auc",
+  assert {"auc", gate_metrics.AUC_OVER_LR, lr + "auc",
           lr + "binary_crossentropy"} <= set(evaluation.overall)
 
 
