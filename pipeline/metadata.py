@@ -194,53 +194,52 @@ _CONFIDENCE = f"{gate_statistics.CONFIDENCE:.0%}"
 
 def describe_failure(failure, metrics: Optional[Dict[str, float]] = None
                     ) -> str:
-  """Which check failed and its numbers: 'auc 0.6012 [0.5890, 0.6134] <
-  min 0.7000 (95% interval)', with the statistic and its interval from
-  `metrics` (the slice's, by TFMA's names) for the gate's checks."""
+  """Which check failed and its numbers: 'auc 0.6012 [0.5890, 0.6134]: its
+  95% interval is entirely below the minimum 0.7000', the statistic and
+  its interval from `metrics` (the slice's, by TFMA's names)."""
   name = failure.metric_key.name
   if not failure.HasField("metric_value"):
     return f"{name}: {failure.message}"
   value = failure.metric_value.double_value.value
-  threshold = failure.metric_threshold
   stem = _GATE_STEMS.get(name)
   if stem:
-    diff = failure.metric_key.is_diff
-    shown = gate_metrics.interval_text(
-        metrics or {}, stem, "_diff" if diff else "",
-        signed=diff or stem == gate_metrics.AUC_OVER_LR) or (
-            f"{name} {value:.4f}")
-    whole = f"its {_CONFIDENCE} interval is entirely"
-    if diff:
-      change = threshold.change_threshold
-      higher = change.direction == tfma.MetricDirection.HIGHER_IS_BETTER
-      label = "auc" if stem == gate_metrics.AUC_CHANGE else "log loss"
-      return (f"{label} changed by {shown} vs the last blessed model: "
-              f"{whole} {'below' if higher else 'above'} the allowed "
-              f"{change.absolute.value:+.4f}")
-    bound = threshold.value_threshold
-    if stem == gate_metrics.AUC_OVER_LR:
-      return (f"the model's AUC minus the logistic-regression baseline's is "
-              f"{shown}: {whole} below the allowed "
-              f"{bound.lower_bound.value:+.4f}: a model that loses to "
-              "logistic regression is not pushed")
-    if bound.HasField("lower_bound") and value < bound.lower_bound.value:
-      return (f"{stem} {shown}: {whole} below the minimum "
-              f"{bound.lower_bound.value:.4f}")
-    return (f"{stem} {shown}: {whole} above the maximum "
-            f"{bound.upper_bound.value:.4f}")
-  if failure.metric_key.is_diff:
-    change = threshold.change_threshold
-    higher_is_better = (change.direction ==
-                        tfma.MetricDirection.HIGHER_IS_BETTER)
-    return (f"{name} changed by {value:+.4f} vs the last blessed model "
-            f"({'<' if higher_is_better else '>'} allowed "
-            f"{change.absolute.value:+.4f})")
-  bound = threshold.value_threshold
+    return _describe_gate_failure(failure, stem, metrics or {})
+  bound = failure.metric_threshold.value_threshold
   if bound.HasField("lower_bound") and value < bound.lower_bound.value:
     return f"{name} {value:.4f} < min {bound.lower_bound.value:.4f}"
   if bound.HasField("upper_bound") and value > bound.upper_bound.value:
     return f"{name} {value:.4f} > max {bound.upper_bound.value:.4f}"
   return f"{name} {value:.4f}: {failure.message}"
+
+
+def _describe_gate_failure(failure, stem: str, metrics: Dict[str, float]
+                          ) -> str:
+  """A failed check of components.gate_metrics: its bound lies beyond the
+  threshold, so the whole interval does."""
+  key, threshold = failure.metric_key, failure.metric_threshold
+  signed = key.is_diff or stem == gate_metrics.AUC_OVER_LR
+  shown = gate_metrics.interval_text(
+      metrics, stem, "_diff" if key.is_diff else "", signed=signed) or (
+          f"with {key.name} {failure.metric_value.double_value.value:.4f}")
+  whole = f"its {_CONFIDENCE} interval is entirely"
+  if key.is_diff:
+    change = threshold.change_threshold
+    higher = change.direction == tfma.MetricDirection.HIGHER_IS_BETTER
+    label = "auc" if stem == gate_metrics.AUC_CHANGE else "log loss"
+    return (f"{label} changed by {shown} vs the last blessed model: {whole} "
+            f"{'below' if higher else 'above'} the allowed "
+            f"{change.absolute.value:+.4f}")
+  bound = threshold.value_threshold
+  if stem == gate_metrics.AUC_OVER_LR:
+    return (f"the model's AUC minus the logistic-regression baseline's is "
+            f"{shown}: {whole} below the allowed "
+            f"{bound.lower_bound.value:+.4f}: a model that loses to "
+            "logistic regression is not pushed")
+  if bound.HasField("lower_bound"):
+    return (f"{stem} {shown}: {whole} below the minimum "
+            f"{bound.lower_bound.value:.4f}")
+  return (f"{stem} {shown}: {whole} above the maximum "
+          f"{bound.upper_bound.value:.4f}")
 
 
 def _model_metrics(result: tfma.EvalResult, slice_key) -> Dict[str, float]:

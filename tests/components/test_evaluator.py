@@ -5,6 +5,7 @@ controls."""
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ from components import baseline as baseline_lib
 from components import evaluator as evaluator_lib
 from components import gate_metrics
 from components import sliced_metrics
+from pipeline import metadata
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_eval_config
 from trainer_module import contract
@@ -225,6 +227,15 @@ def test_same_evaluation_as_tfx_evaluator(tmp_path, monkeypatch,
          True, ""),
         (gate_metrics.bound_name(gate_metrics.LOG_LOSS_CHANGE,
                                  gate_metrics.LOWER), True, "")]
+    auc, log_loss = metadata.failed_checks(ours)
+    assert re.fullmatch(
+        r"auc changed by -0\.0\d{3} \[-0\.0\d{3}, -0\.0\d{3}\] vs the "
+        r"last blessed model: its 95% interval is entirely below the "
+        r"allowed -0\.0000 \(Overall\)", auc), auc
+    assert re.fullmatch(
+        r"log loss changed by \+0\.0\d{3} \[\+0\.0\d{3}, \+0\.0\d{3}\] vs "
+        r"the last blessed model: its 95% interval is entirely above the "
+        r"allowed \+0\.0010 \(Overall\)", log_loss), log_loss
   for blessing in (ours_blessing, theirs_blessing):
     assert os.listdir(blessing.uri) == [
         "BLESSED" if ok else "NOT_BLESSED"]
