@@ -28,12 +28,12 @@ Supported (anything else is refused when the pipeline is built, naming it):
 
 Two deliberate differences. The gate's interval metrics
 (components.gate_metrics), which keep every row, are computed on the
-overall slice only: per slicing spec they would hold another copy of the
-eval split, and the gate checks only the overall slice. And sums are merged
-by addition. TFMA 0.47's binary
-cross entropy merge counts its first accumulator twice when it merges
-several non-empty ones, so TFMA's own log loss can differ in the 4th digit
-on multi-bundle runs; the figures here are the exact means.
+overall slice only (NaN on the others): per slicing spec they would hold
+another copy of the eval split, and the gate checks only the overall slice.
+And sums are merged by addition: TFMA 0.47's binary cross entropy merge
+counts its first accumulator twice when it merges several non-empty ones,
+so TFMA's own log loss can differ in the 4th digit on multi-bundle runs;
+the figures here are the exact means.
 """
 
 import collections
