@@ -8,6 +8,7 @@ import os
 from typing import List, Optional, Sequence
 
 from commands.report_reading import DIFF_SUFFIX
+from components import gate_metrics
 from commands.report_reading import Evaluation
 from commands.report_reading import LR_PREFIX
 from commands.report_reading import Metrics
@@ -20,6 +21,18 @@ LEADING_METRICS = ("example_count", "auc", "binary_crossentropy",
                    "calibration", "mean_label", "mean_prediction")
 # Shown per slice (with the example count).
 SLICE_METRICS = ("auc", "calibration")
+# Shown with the gate's confidence interval (components.gate_metrics).
+INTERVAL_METRICS = (gate_metrics.AUC, gate_metrics.CALIBRATION,
+                    gate_metrics.AUC_OVER_LR)
+# The gate's paired change against the served model, by the metric whose
+# change it is.
+PAIRED_CHANGES = {gate_metrics.AUC: gate_metrics.AUC_CHANGE,
+                  "binary_crossentropy": gate_metrics.LOG_LOSS_CHANGE}
+# Shown inside other metrics' cells, not as rows.
+_INTERVAL_PARTS = frozenset(
+    [gate_metrics.bound_name(stem, bound) for stem in gate_metrics.STEMS
+     for bound in (gate_metrics.LOWER, gate_metrics.UPPER)] +
+    list(PAIRED_CHANGES.values()))
 
 
 def format_metric(name: str, value: Optional[float]) -> str:
@@ -30,6 +43,28 @@ def format_metric(name: str, value: Optional[float]) -> str:
   if name.removesuffix(DIFF_SUFFIX) == "example_count":
     return f"{value:+,.0f}" if diff else f"{value:,.0f}"
   return f"{value:+.4f}" if diff else f"{value:.4f}"
+
+
+def metric_cell(metrics: Metrics, name: str) -> str:
+  """A metric as the report writes it, with its interval when the gate
+  computed one: 'auc 0.7310 [0.7281, 0.7339]'."""
+  if name in INTERVAL_METRICS:
+    text = gate_metrics.interval_text(
+        metrics, name, signed=name == gate_metrics.AUC_OVER_LR)
+    if text:
+      return text
+  return format_metric(name, metrics.get(name))
+
+
+def change_cell(metrics: Metrics, name: str) -> str:
+  """The candidate's change of a metric against the baseline model: the
+  gate's paired change with its interval, else TFMA's difference."""
+  if name in PAIRED_CHANGES:
+    text = gate_metrics.interval_text(metrics, PAIRED_CHANGES[name],
+                                      DIFF_SUFFIX, signed=True)
+    if text:
+      return text
+  return format_metric(name + DIFF_SUFFIX, metrics.get(name + DIFF_SUFFIX))
 
 
 def _metric_order(names) -> List[str]:
@@ -87,15 +122,14 @@ def _has_lr(evaluation: Evaluation) -> bool:
 
 def overall_rows(evaluation: Evaluation) -> List[List[str]]:
   names = _metric_order(n for n in evaluation.overall
-                        if not n.endswith(DIFF_SUFFIX) and "/" not in n)
+                        if not n.endswith(DIFF_SUFFIX) and "/" not in n
+                        and n not in _INTERVAL_PARTS)
   baseline = evaluation.baseline_overall
   lr = _has_lr(evaluation)
-  return [[name, format_metric(name, evaluation.overall[name])] +
+  return [[name, metric_cell(evaluation.overall, name)] +
           ([format_metric(name, lr_value(evaluation.overall, name))]
            if lr else []) +
-          ([format_metric(name, baseline.get(name)),
-            format_metric(name + DIFF_SUFFIX,
-                          evaluation.overall.get(name + DIFF_SUFFIX))]
+          ([metric_cell(baseline, name), change_cell(evaluation.overall, name)]
            if baseline is not None else [])
           for name in names]
 
@@ -103,7 +137,7 @@ def overall_rows(evaluation: Evaluation) -> List[List[str]]:
 def overall_header(evaluation: Evaluation) -> List[str]:
   return ["metric", "model"] + (
       ["logistic regression"] if _has_lr(evaluation) else []) + (
-      ["baseline", "change (TFMA)"]
+      ["baseline", "change"]
       if evaluation.baseline_overall is not None else [])
 
 
@@ -133,9 +167,21 @@ HEADLINE_METRICS = (("auc", "AUC"), ("binary_crossentropy", "log loss"),
                     ("calibration", "calibration"))
 
 
-def _headline_metrics(metrics: Metrics, prefix: str = "") -> str:
-  return "  ".join(f"{label} {format_metric(name, metrics.get(prefix + name))}"
+def _headline_metrics(metrics: Metrics) -> str:
+  return "  ".join(f"{label} {metric_cell(metrics, name)}"
                    for name, label in HEADLINE_METRICS)
+
+
+def _lr_metrics(metrics: Metrics) -> Metrics:
+  return {name[len(LR_PREFIX):]: value for name, value in metrics.items()
+          if name.startswith(LR_PREFIX)}
+
+
+def _headline_changes(metrics: Metrics) -> str:
+  """The gate's paired changes against the served model, if it had one."""
+  cells = [(label, change_cell(metrics, name))
+           for name, label in HEADLINE_METRICS if name in PAIRED_CHANGES]
+  return "  ".join(f"{label} {cell}" for label, cell in cells if cell != "-")
 
 
 def _component_time(component: ComponentState) -> str:
@@ -154,8 +200,13 @@ def headline(run: RunSummary, page: Optional[str]) -> str:
     overall = run.evaluation.overall
     lines.append(f"model:      {_headline_metrics(overall)}")
     if _has_lr(run.evaluation):
-      lines.append(f"baseline:   {_headline_metrics(overall, LR_PREFIX)}"
-                   "  (logistic regression)")
+      over = gate_metrics.interval_text(overall, gate_metrics.AUC_OVER_LR,
+                                        signed=True)
+      lines.append(f"baseline:   {_headline_metrics(_lr_metrics(overall))}"
+                   "  (logistic regression" +
+                   (f"; model AUC minus LR {over})" if over else ")"))
+    if run.evaluation.baseline_overall is not None:
+      lines.append(f"vs served:  {_headline_changes(overall)}")
   outcome = run.outcome
   if outcome and outcome.ingestion:
     lines.append(f"ingested:   {outcome.ingestion}")
@@ -186,9 +237,10 @@ def comparison_rows(runs: Sequence[RunSummary]) -> List[List[str]]:
   def training(run):
     return run.training or {}
 
-  rows = [[name] + [format_metric(name, overall(r).get(name)) for r in runs]
+  rows = [[name] + [metric_cell(overall(r), name) for r in runs]
           for name in _metric_order(n for r in runs for n in overall(r)
-                                    if not n.endswith(DIFF_SUFFIX))]
+                                    if not n.endswith(DIFF_SUFFIX)
+                                    and n not in _INTERVAL_PARTS)]
   rows += [[key] + [str(training(r).get(key, "-")) for r in runs]
            for key in ("rule", "batch_size")]
   scaled = [training(r).get("scaled", {}) for r in runs]

@@ -95,7 +95,7 @@ def model_metrics_by_slice(slicing_metrics) -> Dict[str, Dict[str, float]]:
       for metrics in by_sub_key.values():
         for name, value in metrics.items():
           # TFMA writes its own metrics as {"doubleValue": x}, a custom
-          # metric's float (components.lr_gate) as the number itself.
+          # metric's float (components.gate_metrics) as the number itself.
           if isinstance(value, (int, float)):
             values[prefix + name] = float(value)
           elif "doubleValue" in value:

@@ -83,13 +83,15 @@ class _DifferenceCombiner(beam.CombineFn):
     return accumulator
 
   def add_batch(self, accumulator: np.ndarray,
-                predictions_of: Callable[[str, str], np.ndarray]) -> None:
+                labels_and_predictions_of: Callable[
+                    [str, str], Tuple[np.ndarray, np.ndarray]]) -> None:
     """add_input over a batch's rows at once (components.sliced_metrics):
-    predictions_of(model_name, output_name) gives the rows' predictions."""
+    labels_and_predictions_of(model_name, output_name) gives the rows'
+    labels and predictions."""
     if self._example_weighted:
       raise ValueError(f"{self._key.name}: the batched evaluator does not "
                        "support example weights")
-    predictions = [predictions_of(model, output)
+    predictions = [labels_and_predictions_of(model, output)[1]
                    for model, output in self._sources]
     for i, (first, second) in enumerate(self._pairs):
       accumulator[i] += np.sum(relative_differences(predictions[first],

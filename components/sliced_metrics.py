@@ -21,14 +21,19 @@ Supported (anything else is refused when the pipeline is built, naming it):
 * combiners: TFMA's example count, weighted labels/predictions/examples,
   calibration histogram (prediction-based buckets) and binary cross entropy,
   unweighted, without class weights, sub keys or aggregation; and any
-  combiner with an `add_batch` method (components.prediction_difference);
+  combiner with an `add_batch` method (components.prediction_difference,
+  components.gate_metrics);
 * slicing specs: overall, and one feature per spec (every value it takes);
 * no confidence intervals, query keys, cross slices or min_slice_size.
 
-One deliberate difference: sums are merged by addition. TFMA 0.47's binary
-cross entropy merge counts its first accumulator twice when it merges
-several non-empty ones, so TFMA's own log loss can differ in the 4th digit
-on multi-bundle runs; the figures here are the exact means.
+Two deliberate differences. The gate's interval metrics
+(components.gate_metrics), which keep every row, are computed on the
+overall slice only (NaN on the others): per slicing spec they would hold
+another copy of the eval split, and the gate checks only the overall slice.
+And sums are merged by addition: TFMA 0.47's binary cross entropy merge
+counts its first accumulator twice when it merges several non-empty ones,
+so TFMA's own log loss can differ in the 4th digit on multi-bundle runs;
+the figures here are the exact means.
 """
 
 import collections
@@ -148,7 +153,11 @@ class _BatchedCombiner:
 
   acc() is a NumPy array; add(acc, batch, rows) adds rows in place; output
   turns the summed array into the combiner's own accumulator and calls the
-  combiner's extract_output."""
+  combiner's extract_output. A combiner that keeps rows rather than sums
+  (components.gate_metrics) declares OVERALL_ONLY: it is fed the overall
+  slice alone, the only one the gate checks."""
+
+  overall_only = False
 
   def __init__(self, combiner: beam.CombineFn,
                key: Optional[metric_types.MetricKey] = None):
@@ -310,12 +319,18 @@ def _binary_cross_entropy(combiner, label: np.ndarray,
 class _AddBatch(_BatchedCombiner):
   """A combiner of ours that accumulates a batch itself (add_batch)."""
 
+  def __init__(self, combiner):
+    super().__init__(combiner)
+    self.overall_only = getattr(combiner, "OVERALL_ONLY", False)
+
   def acc(self):
     return self.combiner.create_accumulator()
 
   def add(self, acc, batch, rows):
-    self.combiner.add_batch(acc, lambda model, output: (
-        batch.labels_and_predictions(model, output)[1][rows]))
+    def labels_and_predictions_of(model, output):
+      label, prediction = batch.labels_and_predictions(model, output)
+      return label[rows], prediction[rows]
+    self.combiner.add_batch(acc, labels_and_predictions_of)
 
   def output(self, acc):
     return self.combiner.extract_output(acc)
@@ -441,7 +456,8 @@ class _SlicedMetricsCombineFn(beam.CombineFn):
       if key not in accumulator:
         accumulator[key] = [c.acc() for c in self._combiners]
       for combiner, acc in zip(self._combiners, accumulator[key]):
-        combiner.add(acc, batch, rows)
+        if key == () or not combiner.overall_only:
+          combiner.add(acc, batch, rows)
     return accumulator
 
   def merge_accumulators(self, accumulators):

@@ -20,11 +20,13 @@ from typing import Dict, FrozenSet, Optional, Tuple
 from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 import tensorflow_model_analysis as tfma
+from tensorflow_model_analysis.writers import eval_config_writer
 from tfx import v1 as tfx
 from tfx.orchestration.portable.mlmd import execution_lib
 
 from components import baseline
-from components import lr_gate
+from components import gate_metrics
+from components import gate_statistics
 
 # Execution states of a node that finished: ran, or reused a cached result.
 FINISHED = (metadata_store_pb2.Execution.COMPLETE,
@@ -183,25 +185,26 @@ class RunOutcome:
     return "\n".join(lines)
 
 
-def describe_failure(failure) -> str:
-  """'auc 0.6012 < min 0.7000', or 'auc -0.0123 vs baseline < -0.0010'."""
+# A check's statistic, by the name of the metric its threshold reads.
+_GATE_STEMS = {gate_metrics.bound_name(stem, bound): stem
+               for stem in gate_metrics.STEMS
+               for bound in (gate_metrics.LOWER, gate_metrics.UPPER)}
+_CONFIDENCE = f"{gate_statistics.CONFIDENCE:.0%}"
+
+
+def describe_failure(failure, metrics: Optional[Dict[str, float]] = None
+                    ) -> str:
+  """Which check failed and its numbers: 'auc 0.6012 [0.5890, 0.6134]: its
+  95% interval is entirely below the minimum 0.7000', the statistic and
+  its interval from `metrics` (the slice's, by TFMA's names)."""
   name = failure.metric_key.name
   if not failure.HasField("metric_value"):
     return f"{name}: {failure.message}"
   value = failure.metric_value.double_value.value
-  threshold = failure.metric_threshold
-  if failure.metric_key.is_diff:
-    change = threshold.change_threshold
-    higher_is_better = (change.direction ==
-                        tfma.MetricDirection.HIGHER_IS_BETTER)
-    return (f"{name} changed by {value:+.4f} vs the last blessed model "
-            f"({'<' if higher_is_better else '>'} allowed "
-            f"{change.absolute.value:+.4f})")
-  bound = threshold.value_threshold
-  if name == lr_gate.AUC_OVER_LR:
-    return (f"the model's AUC is {-value:.4f} below the logistic-regression "
-            f"baseline's (allowed {-bound.lower_bound.value:.4f}): a model "
-            "that loses to logistic regression is not pushed")
+  stem = _GATE_STEMS.get(name)
+  if stem:
+    return _describe_gate_failure(failure, stem, metrics or {})
+  bound = failure.metric_threshold.value_threshold
   if bound.HasField("lower_bound") and value < bound.lower_bound.value:
     return f"{name} {value:.4f} < min {bound.lower_bound.value:.4f}"
   if bound.HasField("upper_bound") and value > bound.upper_bound.value:
@@ -209,14 +212,64 @@ def describe_failure(failure) -> str:
   return f"{name} {value:.4f}: {failure.message}"
 
 
+def _describe_gate_failure(failure, stem: str, metrics: Dict[str, float]
+                          ) -> str:
+  """A failed check of components.gate_metrics: its bound lies beyond the
+  threshold, so the whole interval does."""
+  key, threshold = failure.metric_key, failure.metric_threshold
+  signed = key.is_diff or stem == gate_metrics.AUC_OVER_LR
+  shown = gate_metrics.interval_text(
+      metrics, stem, "_diff" if key.is_diff else "", signed=signed) or (
+          f"with {key.name} {failure.metric_value.double_value.value:.4f}")
+  whole = f"its {_CONFIDENCE} interval is entirely"
+  if key.is_diff:
+    change = threshold.change_threshold
+    higher = change.direction == tfma.MetricDirection.HIGHER_IS_BETTER
+    label = "auc" if stem == gate_metrics.AUC_CHANGE else "log loss"
+    return (f"{label} changed by {shown} vs the last blessed model: {whole} "
+            f"{'below' if higher else 'above'} the allowed "
+            f"{change.absolute.value:+.4f}")
+  bound = threshold.value_threshold
+  if stem == gate_metrics.AUC_OVER_LR:
+    return (f"the model's AUC minus the logistic-regression baseline's is "
+            f"{shown}: {whole} below the allowed "
+            f"{bound.lower_bound.value:+.4f}: a model that loses to "
+            "logistic regression is not pushed")
+  if bound.HasField("lower_bound"):
+    return (f"{stem} {shown}: {whole} below the minimum "
+            f"{bound.lower_bound.value:.4f}")
+  return (f"{stem} {shown}: {whole} above the maximum "
+          f"{bound.upper_bound.value:.4f}")
+
+
+def _model_metrics(result: tfma.EvalResult, slice_key) -> Dict[str, float]:
+  """{TFMA name: value} of the model's output ("") on one slice."""
+  for key, by_output in result.slicing_metrics:
+    if key == slice_key:
+      return {name: value["doubleValue"]
+              for by_sub_key in [by_output.get("", {})]
+              for values in by_sub_key.values()
+              for name, value in values.items()
+              if isinstance(value, dict) and "doubleValue" in value}
+  return {}
+
+
 def failed_checks(evaluation_uri: str) -> Tuple[str, ...]:
   """The Evaluator's failed checks, one readable line each."""
   result = tfma.load_validation_result(evaluation_uri)
+  if result.validation_ok:
+    return ()
+  candidate = next(
+      (s.name for s in eval_config_writer.load_eval_run(evaluation_uri)[0]
+       .model_specs if not s.is_baseline), "")
+  evaluation = tfma.load_eval_result(evaluation_uri,
+                                     model_name=candidate or None)
   checks = []
   for failures in result.metric_validations_per_slice:
-    where = tfma.slicer.stringify_slice_key(
-        tfma.slicer.deserialize_slice_key(failures.slice_key))
-    checks += [f"{describe_failure(failure)} ({where})"
+    slice_key = tfma.slicer.deserialize_slice_key(failures.slice_key)
+    where = tfma.slicer.stringify_slice_key(slice_key)
+    metrics = _model_metrics(evaluation, slice_key)
+    checks += [f"{describe_failure(failure, metrics)} ({where})"
                for failure in failures.failures]
   return tuple(checks)
 

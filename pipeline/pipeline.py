@@ -20,7 +20,7 @@ from tfx.dsl.compiler import compiler
 from tfx.dsl.components.base import base_component
 from tfx.proto.orchestration import pipeline_pb2 as ir_pb2
 
-from components import lr_gate
+from components import gate_metrics
 from components import prediction_difference
 from components.evaluator import Evaluator
 from components.baseline import LatestPushedModel
@@ -139,12 +139,19 @@ def create_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
   thresholds sit on the MetricConfigs: MetricsSpec-level thresholds only
   reach metrics computed in the model graph, not TFMA's own.
 
+  Every check reads a confidence bound of components.gate_metrics, not the
+  point estimate: it fails only when the difference is beyond its margin
+  and beyond the eval rows' noise. The margins keep their meaning: the AUC
+  floor is on auc_upper, the band on calibration_upper (>= low) and
+  calibration_lower (<= high), the change checks on the paired candidate-
+  minus-served auc_change_upper and log_loss_change_lower.
+
   The logistic-regression baseline the Trainer exports beside the model
   (output LR_OUTPUT of the same signature) gets the same metrics on the
   same slices, from the candidate only (the latest blessed model is compared
-  on the model's output). The gate's check against it is the
-  components.lr_gate metric, model AUC minus LR AUC, bounded below by
-  -config.gate.max_auc_below_lr.
+  on the model's output). The gate's check against it is
+  gate_metrics.AUCOverLogisticRegression, model AUC minus LR AUC paired on
+  the same rows, its upper bound at least -config.gate.max_auc_below_lr.
 
   Small slices are computed and left out of the report (min_slice_size)
   rather than dropped with TFMA's Options.min_slice_size: TFMA 0.47 then
@@ -161,6 +168,16 @@ def create_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
     return tfma.GenericValueThreshold(
         **{k: {"value": v} for k, v in values.items()})
 
+  def gate(metric, bound: str, **threshold) -> tfma.MetricConfig:
+    return tfma.MetricConfig(
+        class_name=metric.__name__, module=gate_metrics.__name__,
+        config=f'"bound": "{bound}"',
+        per_slice_thresholds=on_overall(**threshold) if threshold else [])
+
+  def change(direction, value: float) -> tfma.GenericChangeThreshold:
+    return tfma.GenericChangeThreshold(direction=direction,
+                                       absolute={"value": value})
+
   low, high = config.gate.calibration_band
   metrics = [tfma.MetricConfig(class_name=name) for name in (
       "ExampleCount", "MeanLabel", "MeanPrediction")]
@@ -173,29 +190,25 @@ def create_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
                 for m in metrics] + [tfma.MetricConfig(class_name=name) for name
                                      in ("AUC", "BinaryCrossEntropy",
                                          "Calibration")]
-  lr_check = tfma.MetricConfig(
-      class_name=lr_gate.AUCOverLogisticRegression.__name__,
-      module=lr_gate.__name__,
-      per_slice_thresholds=(
-          on_overall(value_threshold=bounds(
-              lower_bound=-config.gate.max_auc_below_lr))
-          if config.gate.max_auc_below_lr is not None else []))
-  metrics += [
-      tfma.MetricConfig(class_name="AUC", per_slice_thresholds=on_overall(
-          value_threshold=bounds(lower_bound=config.gate.min_auc),
-          change_threshold=tfma.GenericChangeThreshold(
-              direction=tfma.MetricDirection.HIGHER_IS_BETTER,
-              absolute={"value": -config.gate.max_auc_drop}))),
-      tfma.MetricConfig(
-          class_name="BinaryCrossEntropy", per_slice_thresholds=on_overall(
-              change_threshold=tfma.GenericChangeThreshold(
-                  direction=tfma.MetricDirection.LOWER_IS_BETTER,
-                  absolute={"value": config.gate.max_logloss_increase}))),
-      tfma.MetricConfig(class_name="Calibration",
-                        per_slice_thresholds=on_overall(
-                            value_threshold=bounds(lower_bound=low,
-                                                   upper_bound=high))),
-  ]
+  lr_check = gate(
+      gate_metrics.AUCOverLogisticRegression, gate_metrics.UPPER,
+      **({} if config.gate.max_auc_below_lr is None else {
+          "value_threshold": bounds(
+              lower_bound=-config.gate.max_auc_below_lr)}))
+  metrics += [tfma.MetricConfig(class_name=name) for name in (
+      "AUC", "BinaryCrossEntropy", "Calibration")] + [
+      gate(gate_metrics.AUCInterval, gate_metrics.UPPER,
+           value_threshold=bounds(lower_bound=config.gate.min_auc)),
+      gate(gate_metrics.CalibrationInterval, gate_metrics.UPPER,
+           value_threshold=bounds(lower_bound=low)),
+      gate(gate_metrics.CalibrationInterval, gate_metrics.LOWER,
+           value_threshold=bounds(upper_bound=high))]
+  served_checks = [
+      gate(gate_metrics.AUCChange, gate_metrics.UPPER, change_threshold=change(
+          tfma.MetricDirection.HIGHER_IS_BETTER, -config.gate.max_auc_drop)),
+      gate(gate_metrics.LogLossChange, gate_metrics.LOWER,
+           change_threshold=change(tfma.MetricDirection.LOWER_IS_BETTER,
+                                   config.gate.max_logloss_increase))]
   slices = overall + [tfma.SlicingSpec(feature_keys=[name]) for name in
                       config.eval_slice_features + (ID_FREQUENCY,)]
   # One spec: the Evaluator adds the baseline's as a copy when there is a
@@ -207,7 +220,8 @@ def create_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
       # The candidate only: the baseline model may predate the output.
       tfma.MetricsSpec(metrics=lr_metrics, output_names=[LR_OUTPUT],
                        model_names=[tfma.CANDIDATE_KEY]),
-      tfma.MetricsSpec(metrics=[lr_check], model_names=[tfma.CANDIDATE_KEY])]
+      tfma.MetricsSpec(metrics=[lr_check] + served_checks,
+                       model_names=[tfma.CANDIDATE_KEY])]
   metrics_specs += _prediction_difference_specs(config, on_overall, bounds)
   return tfma.EvalConfig(
       model_specs=[tfma.ModelSpec(

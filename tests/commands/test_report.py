@@ -24,6 +24,7 @@ from commands import cli
 from commands import report
 from commands import report_reading
 from commands import report_text
+from components import gate_metrics
 from components import tuner as tuner_component
 from pipeline import runner
 from pipeline.config import PipelineConfig
@@ -249,7 +250,11 @@ def test_report_shows_candidate_baseline_and_diff_from_tfma(runs):
   baseline = _overall(uris["evaluation"], "baseline")
   assert f"{candidate['auc']:.4f}" in page
   assert f"{baseline['auc']:.4f}" in page
-  assert f"{candidate['auc_diff']:+.4f}" in page
+  # The change column: the gate's paired change and its interval.
+  assert candidate["auc_change_diff"] == pytest.approx(candidate["auc_diff"],
+                                                       abs=1e-3)
+  assert gate_metrics.interval_text(candidate, gate_metrics.AUC_CHANGE,
+                                    "_diff", signed=True) in page
   assert f"{candidate['binary_crossentropy']:.4f}" in page
   assert f"{baseline['calibration']:.4f}" in page
   assert candidate["auc"] != baseline["auc"]  # Else the check proves little.
@@ -288,7 +293,8 @@ def test_not_blessed_run_says_which_check_failed(runs):
   assert "auc_diff" not in run.evaluation.overall
   verdict = report_text.push_verdict(run)
   assert verdict.startswith("no: the Evaluator did not bless the model")
-  assert f"{auc:.4f} < min 0.9900" in verdict
+  assert f"auc {auc:.4f} [" in verdict
+  assert "its 95% interval is entirely below the minimum 0.9900" in verdict
   page = open(report.write_run_page(run), encoding="utf-8").read()
   assert f"{auc:.4f}" in page and "No baseline" in page
   assert "baseline auc" not in page
@@ -302,7 +308,7 @@ def test_compare_puts_both_runs_side_by_side(runs):
               encoding="utf-8").read()
   for output_dir, uris in (runs["with_baseline"], runs["not_blessed"]):
     auc = _overall(uris["evaluation"], "candidate")["auc"]
-    assert f">{auc:.4f}</td>" in page
+    assert f">{auc:.4f} [" in page
     assert os.path.abspath(output_dir) in page
   for figure in (report.COMPARE_ID_FREQUENCY_FIGURE,
                  report.COMPARE_TRAINING_FIGURE):

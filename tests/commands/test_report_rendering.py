@@ -4,6 +4,7 @@ No pipeline, no TFMA: what report_reading would return is written here, so
 every number on the page is known and checked where it must appear.
 """
 
+import dataclasses
 import os
 
 from commands import report
@@ -75,13 +76,12 @@ def test_metric_words_of_a_hand_built_run(tmp_path):
   assert "pushed:    yes: the Evaluator blessed the model, pushed to " \
          "/serving/7" in text
   assert "baseline:  /model/3" in text
-  # metric, model, logistic regression, baseline, change (TFMA).
+  # metric, model, logistic regression, baseline, change.
   assert "auc                  0.7312  0.7011               0.7189    " \
          "+0.0123" in text
   assert "example_count        4,000" in text
   assert report_text.overall_header(run.evaluation) == [
-      "metric", "model", "logistic regression", "baseline",
-      "change (TFMA)"]
+      "metric", "model", "logistic regression", "baseline", "change"]
   names = [row[0] for row in report_text.overall_rows(run.evaluation)]
   assert names == ["example_count", "auc", "binary_crossentropy",
                    "calibration"]  # Leading order; no lr/ or _diff rows.
@@ -112,14 +112,49 @@ def test_headline_of_a_pushed_and_of_a_refused_run(tmp_path):
       "model:      AUC 0.7312  log loss 0.4571  calibration 1.0200\n"
       "baseline:   AUC 0.7011  log loss 0.4702  calibration -  "
       "(logistic regression)\n"
+      "vs served:  AUC +0.0123\n"
       "pushed:     yes: the Evaluator blessed the model, pushed to "
       "/serving/7\n"
       "components: Transform cached, Trainer 43.2 s, Evaluator failed\n"
       "report:     /out/report/index.html")
   refused = report_text.headline(_summary(str(tmp_path), pushed=False),
                                  None).splitlines()
-  assert refused[2] == "not pushed: auc 0.7312 < min 0.9000 (Overall)"
+  assert refused[3] == "not pushed: auc 0.7312 < min 0.9000 (Overall)"
   assert not any(line.startswith("report:") for line in refused)
+
+
+# The gate's intervals (components.gate_metrics), as TFMA's loader names
+# them: the served-model changes are diffs.
+GATE = {"auc_lower": 0.7201, "auc_upper": 0.7423,
+        "calibration_lower": 0.98, "calibration_upper": 1.06,
+        "auc_over_logistic_regression": 0.0301,
+        "auc_over_logistic_regression_lower": 0.0212,
+        "auc_over_logistic_regression_upper": 0.039,
+        "auc_change_diff": 0.0121, "auc_change_lower_diff": -0.0011,
+        "auc_change_upper_diff": 0.0253, "log_loss_change_diff": -0.0062,
+        "log_loss_change_lower_diff": -0.0101,
+        "log_loss_change_upper_diff": -0.0023}
+
+
+def test_gated_metrics_show_their_intervals(tmp_path):
+  run = _summary(str(tmp_path))
+  run = dataclasses.replace(run, evaluation=dataclasses.replace(
+      run.evaluation, overall={**OVERALL, **GATE}))
+  assert report_text.headline(run, None).splitlines()[:3] == [
+      "model:      AUC 0.7312 [0.7201, 0.7423]  log loss 0.4571  "
+      "calibration 1.0200 [0.9800, 1.0600]",
+      "baseline:   AUC 0.7011  log loss 0.4702  calibration -  "
+      "(logistic regression; model AUC minus LR +0.0301 [+0.0212, +0.0390])",
+      "vs served:  AUC +0.0121 [-0.0011, +0.0253]  "
+      "log loss -0.0062 [-0.0101, -0.0023]"]
+  rows = {row[0]: row[1:] for row in report_text.overall_rows(run.evaluation)}
+  assert list(rows) == ["example_count", "auc", "binary_crossentropy",
+                        "calibration", "auc_over_logistic_regression"]
+  assert rows["auc"] == ["0.7312 [0.7201, 0.7423]", "0.7011", "0.7189",
+                         "+0.0121 [-0.0011, +0.0253]"]
+  assert rows["binary_crossentropy"][-1] == "-0.0062 [-0.0101, -0.0023]"
+  assert rows["auc_over_logistic_regression"][0] == (
+      "+0.0301 [+0.0212, +0.0390]")
 
 
 def test_run_page_and_figures_of_a_hand_built_run(tmp_path):

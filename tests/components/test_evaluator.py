@@ -5,6 +5,7 @@ controls."""
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -21,7 +22,9 @@ from tensorflow_metadata.proto.v0 import schema_pb2
 
 from components import baseline as baseline_lib
 from components import evaluator as evaluator_lib
+from components import gate_metrics
 from components import sliced_metrics
+from pipeline import metadata
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_eval_config
 from trainer_module import contract
@@ -128,6 +131,12 @@ def _run(executor, tmp_path, name, examples, model, baseline, eval_config):
   return evaluation.uri, blessing
 
 
+_GATE_METRICS = {name for stem in gate_metrics.STEMS for name in (
+    stem, gate_metrics.bound_name(stem, gate_metrics.LOWER),
+    gate_metrics.bound_name(stem, gate_metrics.UPPER))} - {
+        gate_metrics.AUC, gate_metrics.CALIBRATION}  # TFMA's, every slice.
+
+
 def _metrics(uri):
   """{(slice, model, output, metric): value} of a written evaluation."""
   values = {}
@@ -173,12 +182,13 @@ def test_same_evaluation_as_tfx_evaluator(tmp_path, monkeypatch,
   # Several batches, so that accumulators merge.
   monkeypatch.setattr(evaluator_lib, "EVAL_BATCH_SIZE", 700)
   examples = _examples(tmp_path)
-  model = _model(tmp_path, "candidate", shift=0.5, cut=0.0)
+  model = _model(tmp_path, "candidate", shift=1.5, cut=0.0)
   served = None
   if with_baseline:
-    # A better served model, slicing differently: the candidate fails a
-    # no-regression check, and examples fall in both models' buckets.
-    served = _model(tmp_path, "served", shift=1.0, cut=0.5)
+    # A better served model (the labels' own noise weight), slicing
+    # differently: the candidate fails both no-regression checks beyond the
+    # noise, and examples fall in both models' buckets.
+    served = _model(tmp_path, "served", shift=0.5, cut=0.5)
     served.set_int_custom_property(baseline_lib.FOUND_PROPERTY, 1)
   eval_config = _config(tmp_path, max_auc_drop=0.0)
   ours, ours_blessing = _run(evaluator_lib.EvaluatorExecutor, tmp_path,
@@ -188,6 +198,14 @@ def test_same_evaluation_as_tfx_evaluator(tmp_path, monkeypatch,
 
   expected, got = _metrics(theirs), _metrics(ours)
   assert set(got) == set(expected)
+  # The gate's interval metrics keep every row: ours computes them on the
+  # overall slice only, the one the gate checks (components.sliced_metrics).
+  overall = tfma.slicer.serialize_slice_key(()).SerializeToString(
+      deterministic=True)
+  elsewhere = [k for k in got if k[0] != overall and k[3] in _GATE_METRICS]
+  assert elsewhere and all(np.isnan(got.pop(k)) for k in elsewhere)
+  for key in elsewhere:
+    del expected[key]
   slices = {key[0] for key in got}
   # Overall, C6's three values, the two buckets (C9.. are absent).
   assert len(slices) == 6
@@ -204,7 +222,20 @@ def test_same_evaluation_as_tfx_evaluator(tmp_path, monkeypatch,
   ok, failures = _failures(ours)
   assert ok is (not with_baseline)
   if with_baseline:
-    assert ("binary_crossentropy", True, "") in failures
+    assert failures == [
+        (gate_metrics.bound_name(gate_metrics.AUC_CHANGE, gate_metrics.UPPER),
+         True, ""),
+        (gate_metrics.bound_name(gate_metrics.LOG_LOSS_CHANGE,
+                                 gate_metrics.LOWER), True, "")]
+    auc, log_loss = metadata.failed_checks(ours)
+    assert re.fullmatch(
+        r"auc changed by -0\.0\d{3} \[-0\.0\d{3}, -0\.0\d{3}\] vs the "
+        r"last blessed model: its 95% interval is entirely below the "
+        r"allowed -0\.0000 \(Overall\)", auc), auc
+    assert re.fullmatch(
+        r"log loss changed by \+0\.0\d{3} \[\+0\.0\d{3}, \+0\.0\d{3}\] vs "
+        r"the last blessed model: its 95% interval is entirely above the "
+        r"allowed \+0\.0010 \(Overall\)", log_loss), log_loss
   for blessing in (ours_blessing, theirs_blessing):
     assert os.listdir(blessing.uri) == [
         "BLESSED" if ok else "NOT_BLESSED"]

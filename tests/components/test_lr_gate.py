@@ -8,7 +8,7 @@ import tensorflow_model_analysis as tfma
 from sklearn.metrics import roc_auc_score
 
 from commands.study_evaluation import study_eval_config
-from components import lr_gate
+from components import gate_metrics
 from pipeline import metadata
 from pipeline.config import PipelineConfig
 from trainer_module import contract
@@ -86,12 +86,22 @@ def _overall(output):
           for name, value in by_sub_key[""].items() if "doubleValue" in value}
 
 
+def _gate_values(output):
+  overall = _overall(output)
+  return [overall[("", name)] for name in (
+      gate_metrics.AUC_OVER_LR,
+      gate_metrics.bound_name(gate_metrics.AUC_OVER_LR, gate_metrics.LOWER),
+      gate_metrics.bound_name(gate_metrics.AUC_OVER_LR, gate_metrics.UPPER))]
+
+
 def test_a_model_worse_than_its_logistic_regression_is_not_blessed(tmp_path):
   output, difference = _evaluate(tmp_path, model_weight=0.0)
   assert difference < -0.05
+  value, low, high = _gate_values(output)
+  # DeLong on the rows TFMA read (float32 predictions): sklearn's AUCs.
+  assert value == pytest.approx(difference, abs=1e-4)
+  assert low < value < high < -0.1  # Beyond the margin and the noise.
   overall = _overall(output)
-  assert overall[("", lr_gate.AUC_OVER_LR)] == pytest.approx(difference,
-                                                              abs=2e-3)
   # Both outputs get the same metrics, side by side.
   assert overall[(contract.LR_OUTPUT, "auc")] - overall[("", "auc")] == (
       pytest.approx(-difference, abs=2e-3))
@@ -100,14 +110,30 @@ def test_a_model_worse_than_its_logistic_regression_is_not_blessed(tmp_path):
   assert not result.validation_ok
   failures = [f for s in result.metric_validations_per_slice
               for f in s.failures]
-  assert [f.metric_key.name for f in failures] == [lr_gate.AUC_OVER_LR]
-  assert "below the logistic-regression baseline's (allowed 0.0010)" in (
-      metadata.describe_failure(failures[0]))
+  assert [f.metric_key.name for f in failures] == [
+      gate_metrics.bound_name(gate_metrics.AUC_OVER_LR, gate_metrics.UPPER)]
+  assert metadata.failed_checks(output) == (
+      f"the model's AUC minus the logistic-regression baseline's is "
+      f"{value:+.4f} [{low:+.4f}, {high:+.4f}]: its 95% interval is entirely "
+      "below the allowed -0.0010: a model that loses to logistic regression "
+      "is not pushed (Overall)",)
+
+
+def test_a_model_below_its_logistic_regression_within_the_noise_passes(
+    tmp_path):
+  # Below LR by more than the 0.001 margin, but 2,000 rows cannot tell.
+  output, difference = _evaluate(tmp_path, model_weight=0.85)
+  assert -0.02 < difference < -0.001
+  value, low, high = _gate_values(output)
+  assert value == pytest.approx(difference, abs=1e-4)
+  assert low < value < -0.001 < high
+  assert tfma.load_validation_result(output).validation_ok
 
 
 def test_a_model_that_beats_its_logistic_regression_passes(tmp_path):
   output, difference = _evaluate(tmp_path, model_weight=2.0)
   assert difference > 0
-  assert _overall(output)[("", lr_gate.AUC_OVER_LR)] == pytest.approx(
-      difference, abs=2e-3)
+  value, low, _ = _gate_values(output)
+  assert value == pytest.approx(difference, abs=1e-4)
+  assert low > 0  # Better beyond the noise.
   assert tfma.load_validation_result(output).validation_ok

@@ -99,7 +99,7 @@ def test_the_reader_reruns_statistics_transform_and_evaluator(code_copy):
 
 def test_a_metric_loaded_by_name_reruns_the_evaluator(code_copy):
   before = _fingerprints()
-  _edit(code_copy / "components" / "lr_gate.py")
+  _edit(code_copy / "components" / "gate_metrics.py")
   after = _fingerprints()
   assert before["Evaluator"] != after["Evaluator"]
 
