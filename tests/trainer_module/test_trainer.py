@@ -243,3 +243,33 @@ def test_training_data_reads_only_the_train_split(tmp_path, monkeypatch):
   assert data.click_rate == pytest.approx(
       sum(1 - r % 2 for r in train) / len(train))
   assert all("eval" not in str(f) for f in opened), opened
+
+
+def test_in_memory_keeps_the_fields_rows_and_batches():
+  """The baseline's in-memory data: only the asked fields, every row once
+  per epoch, the training part reshuffled each epoch, the validation slice
+  in order, the importance weights kept."""
+  rows = 50
+  features = {"a": np.arange(rows), "b": np.arange(rows) * 10,
+              "dense": np.zeros(rows, np.float32)}
+  labels = (np.arange(rows) % 2).astype(np.float32)
+  weights = np.full(rows, 2.0, np.float32)
+  batches = tf.data.Dataset.from_tensor_slices(
+      (features, labels, weights)).batch(16)
+  data = input_pipeline.TrainingData(
+      train=batches, validation=batches, train_examples=rows,
+      validation_examples=rows, click_rate=0.5, validation_buckets=1)
+  held = input_pipeline.in_memory(data, ("a", "b"), 8, seed=0)
+  epochs = [[(f, l, w) for f, l, w in held.train] for _ in range(2)]
+  for epoch in epochs:
+    assert all(set(f) == {"a", "b"} and len(l) <= 8 for f, l, _ in epoch)
+    a = np.concatenate([f["a"].numpy() for f, _, _ in epoch])
+    assert sorted(a) == list(range(rows))
+    np.testing.assert_array_equal(
+        np.concatenate([f["b"].numpy() for f, _, _ in epoch]), a * 10)
+    np.testing.assert_array_equal(
+        np.concatenate([l.numpy() for _, l, _ in epoch]), a % 2)
+    assert all((w.numpy() == 2.0).all() for _, _, w in epoch)
+  assert not np.array_equal(epochs[0][0][0]["a"], epochs[1][0][0]["a"])
+  validation = np.concatenate([f["a"].numpy() for f, _, _ in held.validation])
+  np.testing.assert_array_equal(validation, np.arange(rows))
