@@ -119,7 +119,7 @@ def early_stopping(patience: int = EARLY_STOPPING_PATIENCE
 class HalveOnPlateau(keras.callbacks.Callback):
   """Halves the embedding tables' learning rate after every epoch whose
   `monitor` (the validation log loss; the training loss when there is no
-  validation) is not the best yet.
+  validation) is not below the best yet by more than `min_delta`.
 
   For the logistic-regression baseline (all its weights but the bias are
   tables): at a constant rate Adam keeps circling the optimum of a convex
@@ -129,16 +129,18 @@ class HalveOnPlateau(keras.callbacks.Callback):
   patience.
   """
 
-  def __init__(self, monitor: str = EARLY_STOPPING_MONITOR):
+  def __init__(self, monitor: str = EARLY_STOPPING_MONITOR,
+               min_delta: float = 0.0):
     super().__init__()
     self.monitor = monitor
+    self.min_delta = min_delta
     self.best = math.inf
 
   def on_epoch_end(self, epoch, logs=None):
     loss = (logs or {}).get(self.monitor)
     if loss is None:
       return
-    if loss < self.best:
+    if loss < self.best - self.min_delta:
       self.best = loss
       return
     optimizer = self.model.embedding_optimizer

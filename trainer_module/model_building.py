@@ -28,6 +28,10 @@ from trainer_module.settings import TrainerSettings
 BASELINE_LEARNING_RATE = 1e-2
 BASELINE_MAX_EPOCHS = 100
 BASELINE_PATIENCE = 3
+# The refit on the whole train split has no validation: it stops when its
+# training loss (about 0.45 on Criteo) falls by less than this in
+# BASELINE_PATIENCE epochs.
+BASELINE_REFIT_MIN_DELTA = 1e-4
 # The grid, as scikit-learn's inverse strength C (LogisticRegression's
 # objective C * summed log loss + |w|^2 / 2, i.e. the mean log loss plus
 # l2 |w|^2 with l2 = 1 / (2 C n) for n training examples), strongest
