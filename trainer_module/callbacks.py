@@ -144,4 +144,6 @@ class HalveOnPlateau(keras.callbacks.Callback):
       self.best = loss
       return
     optimizer = self.model.embedding_optimizer
-    optimizer.learning_rate = float(optimizer.learning_rate) / 2
+    # A MirroredVariable under a tf.distribute strategy: read as NumPy.
+    optimizer.learning_rate = float(
+        keras.ops.convert_to_numpy(optimizer.learning_rate)) / 2

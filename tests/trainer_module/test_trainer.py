@@ -1,12 +1,16 @@
 """trainer_module.trainer pieces that need no pipeline: bucketing, hparams,
 the validation slice of early stopping."""
 
+import types
+
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import raw_records
 from components.raw_example_gen import example_encoding
+from trainer_module import callbacks
 from trainer_module import input_pipeline
 from trainer_module import model_building
 from trainer_module import scaling
@@ -273,3 +277,14 @@ def test_in_memory_keeps_the_fields_rows_and_batches():
   assert not np.array_equal(epochs[0][0][0]["a"], epochs[1][0][0]["a"])
   validation = np.concatenate([f["a"].numpy() for f, _, _ in held.validation])
   np.testing.assert_array_equal(validation, np.arange(rows))
+
+
+def test_halve_on_plateau_halves_the_embedding_rate_without_progress():
+  optimizer = keras.optimizers.Adam(learning_rate=0.01)
+  halving = callbacks.HalveOnPlateau("loss", min_delta=1e-3)
+  halving.set_model(types.SimpleNamespace(embedding_optimizer=optimizer))
+  rates = []
+  for loss in (1.0, 0.9995, 0.5, 0.5, None):
+    halving.on_epoch_end(0, {} if loss is None else {"loss": loss})
+    rates.append(float(keras.ops.convert_to_numpy(optimizer.learning_rate)))
+  assert rates == pytest.approx([0.01, 0.005, 0.005, 0.0025, 0.0025])
