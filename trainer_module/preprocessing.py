@@ -5,12 +5,13 @@ result, so every vocabulary (and its stored frequencies) is a training-set
 statistic. The output contract is in the ``trainer_module.features``
 docstring. Each analyzer costs a fixed pipeline overhead (~2 s, and a Beam
 stage per analyzer), so the dense counts share ONE min/max analyzer (log1p,
-then scaled to [0, 1]) and every categorical field's vocabulary comes from
-ONE analyzer (FieldVocabularies, tensorflow/transform#180) that counts
-(field, token) pairs in one pass, in Arrow inside one Beam combiner (not one
-Beam element per pair, as tft.vocabulary does), and writes one vocabulary
-file per field in tf.Transform's own format ('count token' lines, most
-frequent first).
+then scaled to [0, 1]) and every categorical field's vocabulary (and that
+of each count's log-squared bucket, the logistic regression's view of the
+counts: count_bucket_tokens) comes from ONE analyzer (FieldVocabularies,
+tensorflow/transform#180) that counts (field, token) pairs in one pass, in
+Arrow inside one Beam combiner (not one Beam element per pair, as
+tft.vocabulary does), and writes one vocabulary file per field in
+tf.Transform's own format ('count token' lines, most frequent first).
 
 Missing values: the curated schemas have no fixed ``shape``, so every raw
 feature arrives as a SparseTensor that may have no value for a row (Criteo has
