@@ -26,11 +26,6 @@ from trainer_module.settings import TrainerSettings
 # no rare-id embedding to protect), trained until the validation log loss
 # stops improving, and its L2 chosen by that log loss from a grid.
 BASELINE_LEARNING_RATE = 1e-2
-# Its batches hold at least this many rows (a multiple of the batch size,
-# so the replicas still split them evenly): its step is mostly fixed cost
-# (~4 ms at 1024 rows on a CPU core), so 4x the rows make an epoch ~3x
-# cheaper, for about as many epochs.
-BASELINE_BATCH_SIZE = 4096
 BASELINE_MAX_EPOCHS = 100
 BASELINE_PATIENCE = 3
 # The refit on the whole train split has no validation: it stops when its

@@ -37,7 +37,6 @@ from trainer_module.input_pipeline import release_memory
 from trainer_module.input_pipeline import TrainingData
 from trainer_module.input_pipeline import training_data
 from trainer_module.input_pipeline import training_part
-from trainer_module.model_building import BASELINE_BATCH_SIZE
 from trainer_module.model_building import BASELINE_C_GRID
 from trainer_module.model_building import BASELINE_MAX_EPOCHS
 from trainer_module.model_building import BASELINE_PATIENCE
@@ -176,8 +175,7 @@ def train_baseline(settings: TrainerSettings, data: TrainingData,
   scan stops at the first L2 worse than the one before it (the validation
   loss along a ridge path is unimodal in practice), so the usual search is
   2 to 4 fits of a 1-wide model, on its ids held in memory (input_pipeline.
-  in_memory: transformed once, not every epoch) in batches of at least
-  BASELINE_BATCH_SIZE. The kept one is then
+  in_memory: transformed once, not every epoch). The kept one is then
   trained on the validation slice too (refit). `seed` seeds the first
   fit's build and the shuffle (None: unseeded).
 
@@ -189,8 +187,8 @@ def train_baseline(settings: TrainerSettings, data: TrainingData,
     to the model's).
   """
   start, kept, grid = time.perf_counter(), None, []
-  data = in_memory(data, settings.spec.linear_features, settings.batch_size *
-                   max(1, BASELINE_BATCH_SIZE // settings.batch_size), seed)
+  data = in_memory(data, settings.spec.linear_features, settings.batch_size,
+                   seed)
   for c in BASELINE_C_GRID:
     l2 = l2_of_c(c, data.train_examples)
     if kept is None:
