@@ -145,10 +145,8 @@ def train_baseline(config: PipelineConfig, train_files: Sequence[str],
       list(train_files), tf_transform_output, config.spec.label,
       config.trainer.batch_size,
       negative_sampling_rate=config.trainer.negative_sampling_rate)
-  baseline, _ = trainer.train(config.trainer, data,
-                              tf_transform_output,
-                              architecture=models.LOGISTIC_REGRESSION,
-                              verbose=0)
+  baseline, _ = trainer.train_baseline(config.trainer, data,
+                                       tf_transform_output, verbose=0)
   return baseline
 
 

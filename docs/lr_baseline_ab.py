@@ -13,7 +13,8 @@ ones the Evaluator measured (checked by their count). It fits scikit-learn's
 LogisticRegressionCV on the train split and prints a row of
 docs/lr_baseline.md: rows, eval rows, scikit-learn's eval AUC, the run's
 logistic-regression baseline AUC and model AUC (the Evaluator's overall
-slice), and the gap (scikit-learn minus ours).
+slice), and the gap (scikit-learn minus ours); before it, the C our
+baseline chose, its grid's epochs and its training time (training.json).
 
 The scikit-learn features, the usual strong linear baseline on these logs:
 every field is categorical; an integer value x > 2 of a Criteo count
@@ -39,6 +40,12 @@ import sys
 import warnings
 
 sys.path.insert(0, os.getcwd())
+
+# Before TensorFlow: a library it loads would ask the pipeline run for
+# legacy Keras otherwise.
+from trainer_module import keras_version  # noqa: E402
+
+keras_version.pin_keras3()
 
 import numpy as np  # noqa: E402
 from scipy import sparse  # noqa: E402
@@ -161,7 +168,8 @@ def main():
   examples = metadata.latest_artifact(store, "Examples")
   train_labels, train_rows = read_split(examples.uri, "train", spec)
   eval_labels, eval_rows = read_split(examples.uri, "eval", spec)
-  overall = report_reading.read_run(args.output).evaluation.overall
+  run = report_reading.read_run(args.output)
+  overall = run.evaluation.overall
   if overall["example_count"] != len(eval_rows):
     sys.exit(f"the Evaluator measured {overall['example_count']:.0f} "
              f"examples, the eval split has {len(eval_rows)}")
@@ -176,6 +184,12 @@ def main():
   sklearn_auc = metrics.roc_auc_score(
       eval_labels, model.decision_function(evaluation))
   ours = overall[report_reading.LR_PREFIX + "auc"]
+  lr = (run.training or {}).get("logistic_regression", {})
+  if "c" in lr:
+    print(f"our LR: C {lr['c']:g} (l2 {lr['l2']:.3g}) of "
+          f"{[g['c'] for g in lr['grid']]}, epochs "
+          f"{[g['epochs_run'] for g in lr['grid']]}, trained in "
+          f"{lr['seconds']:.1f} s")
   print(f"columns {train.shape[1]:,}, C {model.C_[0]:g}"
         f"{' (an end of the range)' if model.C_[0] in (CS[0], CS[-1]) else ''}"
         f", {unconverged} unconverged fits")

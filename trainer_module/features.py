@@ -10,6 +10,10 @@ Transformed-feature contract (what Transform writes and the models read):
     land in the OOV bucket(s);
   * every name in ``DatasetSpec.dense`` -> float32 [batch], log1p of the
     count scaled to [0, 1] by its train-split range (0 when missing);
+  * every name in ``DatasetSpec.bucket_features`` (one per dense feature)
+    -> int64 [batch] ids of the count's log-squared bucket (see
+    preprocessing.count_bucket_tokens), ids as for the categoricals: the
+    logistic-regression baseline's view of the counts;
   * ``DatasetSpec.label`` -> float32 [batch] in {0, 1}.
 """
 
@@ -33,6 +37,11 @@ SPLIT_MODES = ("hash", "sequential")
 # ``hour``): the raw value is a timestamp, useless as an id.
 HOUR_OF_DAY = "hour_of_day"
 WEEKDAY = "weekday"
+
+
+def bucket_name(dense_feature: str) -> str:
+  """Name of the bucketized (categorical) version of a dense count feature."""
+  return f"{dense_feature}_bucket"
 
 
 def vocabulary_name(feature: str) -> str:
@@ -116,6 +125,18 @@ class DatasetSpec:
     derived = (HOUR_OF_DAY, WEEKDAY) if self.time_field else ()
     raw = set(self.int_categorical + self.str_categorical)
     return tuple(c for c in self.raw_features if c in raw) + derived
+
+  @property
+  def bucket_features(self) -> Tuple[str, ...]:
+    """Transformed ids of the dense counts' log-squared buckets."""
+    return tuple(bucket_name(name) for name in self.dense)
+
+  @property
+  def linear_features(self) -> Tuple[str, ...]:
+    """The logistic regression's fields: every categorical and every count
+    as its bucket's id (a linear model cannot bend one weight per log
+    count into the count's non-monotone effect)."""
+    return self.categorical_features + self.bucket_features
 
   def raw_dtype(self, feature: str) -> str:
     """'int' or 'string': how a raw feature is stored in tf.Examples."""

@@ -14,7 +14,7 @@ initialisation are those of the data trained on.
 import ctypes
 import dataclasses
 import gc
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from absl import logging
 import numpy as np
@@ -47,10 +47,13 @@ SAMPLING_KEY = (0x5EED, 0xC11C)
 _RECORD_CHUNK = 8192
 # training_data holds the training part and the validation slice in memory
 # as the Transform output's columns (InMemoryPart) when they take at most
-# MEMORY_SHARE of the free memory: each epoch then gathers its shuffled
+# MEMORY_SHARE of the machine's memory: each epoch then gathers its shuffled
 # batches from them instead of parsing and transforming every record again,
 # which ran at about half the step's rate at batch 8192 on 2 cores
-# (docs/benchmark.md, the input path). Else every pass reads the files.
+# (docs/benchmark.md, the input path). Else every pass reads the files. A
+# share of the total memory, not of what is free: every worker of a
+# multi-worker run must decide alike, or their orders, and so their share
+# of each global batch, would differ.
 MEMORY_SHARE = 0.25
 # Rows per batch of the one pass that loads a part into memory.
 _LOAD_BATCH = 8192
@@ -369,11 +372,11 @@ def transformed_row_bytes(tf_transform_output: tft.TFTransformOutput,
 
 
 def memory_fits(rows: int, row_bytes: Optional[int],
-                available_bytes: int) -> bool:
+                memory_bytes: int) -> bool:
   """Whether `rows` examples of `row_bytes` each fit the memory budget
-  (MEMORY_SHARE of the free memory)."""
+  (MEMORY_SHARE of the machine's `memory_bytes`)."""
   return row_bytes is not None and (
-      rows * row_bytes <= MEMORY_SHARE * available_bytes)
+      rows * row_bytes <= MEMORY_SHARE * memory_bytes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -393,8 +396,9 @@ class TrainingData:
     negative_sampling: {} without negative sampling; else the record of
       sampling_record (rate, weights, the instability warning).
     in_memory: the training part held in memory (InMemoryPart; None: it
-      did not fit, and every epoch reads the files). The validation slice
-      is held in memory whenever it fits on its own.
+      did not fit, and every epoch reads the files).
+    validation_in_memory: the validation slice held in memory (None: it
+      did not fit either).
   """
   train: tf.data.Dataset
   validation: tf.data.Dataset
@@ -405,6 +409,7 @@ class TrainingData:
   negative_sampling: Mapping[str, Any] = dataclasses.field(
       default_factory=dict)
   in_memory: Optional[InMemoryPart] = None
+  validation_in_memory: Optional[InMemoryPart] = None
 
 
 def release_memory() -> None:
@@ -467,6 +472,22 @@ def training_part(train_files: List[str],
                       negative_sampling_rate=negative_sampling_rate)
 
 
+def whole_split(data: TrainingData, batch_size: int,
+                seed: Optional[int] = None) -> tf.data.Dataset:
+  """Both parts of the split together, for a model refitted on the
+  validation slice too (the logistic-regression baseline's refit): from a
+  copy of both parts' columns, shuffled every pass (`seed`), when both are
+  held in memory; else the training part, then the slice."""
+  train, validation = data.in_memory, data.validation_in_memory
+  if train is None or validation is None:
+    return data.train.concatenate(data.validation)
+  return InMemoryPart(
+      tf.nest.map_structure(lambda a, b: tf.concat([a, b], 0),
+                            train.columns, validation.columns),
+      train.rows + validation.rows).batches(batch_size, shuffle=True,
+                                            seed=seed)
+
+
 def training_data(train_files: List[str],
                   tf_transform_output: tft.TFTransformOutput, label: str,
                   batch_size: int, seed: Optional[int] = None,
@@ -511,7 +532,7 @@ def training_data(train_files: List[str],
   row_bytes = transformed_row_bytes(tf_transform_output, rate < 1)
 
   def held(part: str, rows: int) -> Optional[InMemoryPart]:
-    if not memory_fits(rows, row_bytes, psutil.virtual_memory().available):
+    if not memory_fits(rows, row_bytes, psutil.virtual_memory().total):
       return None
     return load_in_memory(make_dataset(
         train_files, tf_transform_output, label, _LOAD_BATCH, shuffle=False,
@@ -529,4 +550,5 @@ def training_data(train_files: List[str],
                                buckets=buckets, negative_sampling_rate=rate)),
       train_examples=train_examples, validation_examples=validation_examples,
       click_rate=click_rate, validation_buckets=buckets,
-      negative_sampling=sampling, in_memory=in_memory)
+      negative_sampling=sampling, in_memory=in_memory,
+      validation_in_memory=validation)

@@ -16,7 +16,40 @@ from trainer_module import precision
 from trainer_module import preprocessing
 from trainer_module import scaling
 from trainer_module import training
+from trainer_module.settings import StepOptions
 from trainer_module.settings import TrainerSettings
+
+
+# The logistic-regression baseline's own fit (issue #32, docs/
+# lr_baseline.md): it is convex and cheap, so it is fitted as such rather
+# than with the deep model's hyperparameters. One constant Adam rate for all
+# its weights (no warmup, no batch scaling: there is no DNN to warm up and
+# no rare-id embedding to protect), trained until the validation log loss
+# stops improving, and its L2 chosen by that log loss from a grid.
+BASELINE_LEARNING_RATE = 1e-2
+BASELINE_MAX_EPOCHS = 100
+BASELINE_PATIENCE = 3
+# The refit on the whole train split has no validation: it stops when its
+# training loss (about 0.45 on Criteo) falls by less than this in
+# BASELINE_PATIENCE epochs.
+BASELINE_REFIT_MIN_DELTA = 1e-4
+# The grid, as scikit-learn's inverse strength C (LogisticRegression's
+# objective C * summed log loss + |w|^2 / 2, i.e. the mean log loss plus
+# l2 |w|^2 with l2 = 1 / (2 C n) for n training examples), strongest
+# first: so the grid means the same at any data size.
+BASELINE_C_GRID = (0.01, 0.03, 0.1, 0.3, 1.0)
+
+
+def l2_of_c(c: float, train_examples: int) -> float:
+  """Our L2 (l2 * sum(W^2) on the mean loss) of scikit-learn's C."""
+  return 1.0 / (2.0 * c * train_examples)
+
+
+def baseline_hparams(l2: float) -> Dict[str, float]:
+  """The logistic-regression baseline's hyperparameters with this L2."""
+  return {"dense_lr": BASELINE_LEARNING_RATE,
+          "embed_lr": BASELINE_LEARNING_RATE, "l2": l2, "r": 0.0,
+          "zeta": 0.0, "warmup_epochs": 0.0}
 
 
 def training_hparams(settings: TrainerSettings, tuned: Mapping[str, float],
@@ -67,7 +100,7 @@ def steps_per_epoch(train_examples: int, batch_size: int) -> int:
 def build_and_compile(settings: TrainerSettings, tuned: Mapping[str, Any],
                       tf_transform_output: tft.TFTransformOutput,
                       train_examples: int, click_rate: float,
-                      architecture: Optional[str] = None,
+                      baseline_l2: Optional[float] = None,
                       vocab_scale: int = 1
                      ) -> Tuple[models.CTRModel, Dict[str, Any]]:
   """The configured model, compiled with the scaled (tuned) hyperparameters.
@@ -87,10 +120,15 @@ def build_and_compile(settings: TrainerSettings, tuned: Mapping[str, Any],
       log-odds, so the model is calibrated from the first step instead of
       spending its early (warmup) steps learning the base rate: short runs
       otherwise end miscalibrated by 10-20%.
-    architecture: a models.MODELS name instead of settings.model: the
-      logistic-regression baseline (models.LOGISTIC_REGRESSION), trained
-      with the same hyperparameters and without CowClip (it has no deep
-      embeddings to clip).
+    baseline_l2: build the logistic-regression baseline instead of
+      settings.model, with this L2 and its own fit (baseline_hparams; the
+      recorded "scaled" hyperparameters are those): on the ids of
+      spec.linear_features (every count as its bucket, not log1p), with
+      dense embedding updates (every row feels the L2 at every step, as in
+      the objective the L2 is chosen for; its tables are 1 wide, so that is
+      cheap) and Adam, without CowClip (it clips deep embeddings, which the
+      baseline has none of), bias constraints or a ranking loss: the
+      default StepOptions but CowClip.
     vocab_scale: tables this many times larger than the vocabularies (the
       benchmark's step cost against table size; the ids still index the
       first rows). 1 everywhere else.
@@ -101,12 +139,18 @@ def build_and_compile(settings: TrainerSettings, tuned: Mapping[str, Any],
     precision (the setting, the choice and, for auto, the probe's rates).
   """
   spec = settings.spec
-  architecture = architecture or settings.model
-  record = training_hparams(settings, tuned, train_examples)
+  baseline = baseline_l2 is not None
+  if baseline:
+    record = {"rule": "none", "auto": [], "batch_size": settings.batch_size,
+              "scaled": baseline_hparams(baseline_l2)}
+  else:
+    record = training_hparams(settings, tuned, train_examples)
+  architecture = models.LOGISTIC_REGRESSION if baseline else settings.model
+  linear = architecture == models.LOGISTIC_REGRESSION
   options = model_options(settings, tuned)
   vocab_sizes = {field: size * vocab_scale for field, size in
-                 preprocessing.vocabulary_sizes(tf_transform_output,
-                                                spec).items()}
+                 preprocessing.vocabulary_sizes(tf_transform_output, spec,
+                                                linear).items()}
   # Variables made in the strategy's scope are mirrored over its replicas,
   # and Keras' fit then splits each batch over them (distribution.py).
   strategy = distribution.strategy(settings.distribution,
@@ -114,18 +158,14 @@ def build_and_compile(settings: TrainerSettings, tuned: Mapping[str, Any],
   distribution.check_batch_size(settings.batch_size,
                                 strategy.num_replicas_in_sync)
   with strategy.scope():
-    model = models.build_model(architecture, vocab_sizes, spec.dense, options)
+    model = models.build_model(architecture, vocab_sizes,
+                               () if linear else spec.dense, options)
     rate = min(max(click_rate, 1e-6), 1 - 1e-6)
     model.bias.assign([math.log(rate / (1 - rate))])
     training.compile_model(model, training.TrainingConfig(
         **record["scaled"],
         steps_per_epoch=steps_per_epoch(train_examples, settings.batch_size),
-        # The baseline has no deep embeddings to clip, and is not
-        # constrained.
-        step=(dataclasses.replace(settings.step, cowclip=False,
-                                  bias_constraints=())
-              if architecture == models.LOGISTIC_REGRESSION
-              else settings.step)))
+        step=(StepOptions(cowclip=False) if baseline else settings.step)))
   chosen, probe = precision.resolve(options.precision)
   record.update(vocab_sizes=vocab_sizes, click_rate=click_rate,
                 model_options=dataclasses.asdict(

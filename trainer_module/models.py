@@ -19,8 +19,10 @@ mean the same thing here:
   four models comparable.
 * "lr" is the logistic-regression baseline: the linear part alone (bias +
   the width-1 "wide" table of every field + one weight per dense feature),
-  trained by the same step on the same features. The pipeline trains it
-  next to every model so the gate can check the model beats it.
+  trained by the same step. The pipeline trains it next to every model so
+  the gate can check the model beats it, on the ids of spec.linear_features
+  (the counts as log-squared buckets, no dense features) and with its own
+  fit (trainer.train_baseline).
 * The DNN's activation is ReLU or SmeLU (ModelOptions.activation), the
   smooth ReLU that makes retrains reproducible (docs/
   production_smelu_sampling.md).

@@ -5,12 +5,13 @@ result, so every vocabulary (and its stored frequencies) is a training-set
 statistic. The output contract is in the ``trainer_module.features``
 docstring. Each analyzer costs a fixed pipeline overhead (~2 s, and a Beam
 stage per analyzer), so the dense counts share ONE min/max analyzer (log1p,
-then scaled to [0, 1]) and every categorical field's vocabulary comes from
-ONE analyzer (FieldVocabularies, tensorflow/transform#180) that counts
-(field, token) pairs in one pass, in Arrow inside one Beam combiner (not one
-Beam element per pair, as tft.vocabulary does), and writes one vocabulary
-file per field in tf.Transform's own format ('count token' lines, most
-frequent first).
+then scaled to [0, 1]) and every categorical field's vocabulary (and that
+of each count's log-squared bucket, the logistic regression's view of the
+counts: count_bucket_tokens) comes from ONE analyzer (FieldVocabularies,
+tensorflow/transform#180) that counts (field, token) pairs in one pass, in
+Arrow inside one Beam combiner (not one Beam element per pair, as
+tft.vocabulary does), and writes one vocabulary file per field in
+tf.Transform's own format ('count token' lines, most frequent first).
 
 Missing values: the curated schemas have no fixed ``shape``, so every raw
 feature arrives as a SparseTensor that may have no value for a row (Criteo has
@@ -101,6 +102,30 @@ def log1p_counts(counts: tf.Tensor) -> tf.Tensor:
     float32 tensor of the same shape.
   """
   return tf.math.log1p(tf.maximum(tf.cast(counts, tf.float32), 0.0))
+
+
+def count_bucket_tokens(counts: tf.Tensor) -> tf.Tensor:
+  """The log-squared bucket token of every integer count.
+
+  A count x > 2 is the bucket 'b<floor(ln(x)^2)>', any other (0, 1, 2,
+  the negative codes) its own value 'v<x>': the Criteo winners' transform
+  (and docs/lr_baseline_ab.py's), under which one weight per bucket lets a
+  linear model follow any shape of a count's effect, which one weight on
+  log1p(x) cannot. In float64, so a count on a bucket boundary falls where
+  NumPy's float64 puts it.
+
+  Args:
+    counts: int64 tensor of raw counts.
+
+  Returns:
+    string tensor of the same shape.
+  """
+  counts = tf.cast(counts, tf.int64)
+  logs = tf.math.log(tf.cast(tf.maximum(counts, 1), tf.float64))
+  buckets = tf.cast(tf.floor(tf.square(logs)), tf.int64)
+  return tf.where(counts > 2,
+                  tf.strings.join(["b", tf.strings.as_string(buckets)]),
+                  tf.strings.join(["v", tf.strings.as_string(counts)]))
 
 
 def time_tokens(yymmddhh: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
@@ -343,12 +368,15 @@ def preprocessing_fn(inputs: Mapping[str, tf.SparseTensor],
   tokens = {}
   for name in spec.int_categorical + spec.str_categorical:
     tokens[name] = _to_dense_tokens(_raw_input(inputs, name, spec))
+  for name, bucket in zip(spec.dense, spec.bucket_features):
+    # A missing count is '', the OOV bucket's own row among so few buckets.
+    tokens[bucket] = _to_dense_tokens(tf.sparse.map_values(
+        count_bucket_tokens, _raw_input(inputs, name, spec)))
   if spec.time_field:
     tokens[features.HOUR_OF_DAY], tokens[features.WEEKDAY] = time_tokens(
         _to_dense_vector(_raw_input(inputs, spec.time_field, spec), -1))
   outputs.update(_apply_field_vocabularies(
-      {name: tokens[name] for name in spec.categorical_features},
-      min_frequency))
+      {name: tokens[name] for name in spec.linear_features}, min_frequency))
 
   if spec.label in inputs:
     outputs[spec.label] = tf.cast(
@@ -357,12 +385,16 @@ def preprocessing_fn(inputs: Mapping[str, tf.SparseTensor],
 
 
 def vocabulary_sizes(tf_transform_output: tft.TFTransformOutput,
-                     spec: features.DatasetSpec) -> Dict[str, int]:
-  """Embedding table sizes: vocabulary size + NUM_OOV_BUCKETS per field."""
+                     spec: features.DatasetSpec,
+                     linear: bool = False) -> Dict[str, int]:
+  """Embedding table sizes: vocabulary size + NUM_OOV_BUCKETS per field of
+  spec.categorical_features (the models'), or with `linear` of
+  spec.linear_features (the logistic regression's)."""
   return {
       name: tf_transform_output.vocabulary_size_by_name(
           features.vocabulary_name(name)) + features.NUM_OOV_BUCKETS
-      for name in spec.categorical_features
+      for name in (spec.linear_features if linear
+                   else spec.categorical_features)
   }
 
 

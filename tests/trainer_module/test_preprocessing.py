@@ -160,6 +160,21 @@ def test_log1p_counts_clips_negatives():
       rtol=1e-6)
 
 
+def test_count_bucket_tokens_match_a_numpy_reference():
+  """floor(ln(x)^2) for x > 2, the value itself otherwise, also on either
+  side of every bucket boundary exp(sqrt(k)) up to 2^40."""
+  edges = np.exp(np.sqrt(np.arange(1, 770)))
+  counts = np.unique(np.concatenate([
+      np.arange(-3, 30), np.floor(edges), np.ceil(edges), [2**40]]).astype(
+          np.int64))
+  expected = [f"b{int(np.floor(np.log(x) ** 2))}" if x > 2 else f"v{x}"
+              for x in counts]
+  got = preprocessing.count_bucket_tokens(tf.constant(counts))
+  assert [t.decode() for t in got.numpy()] == expected
+  assert expected[:6] == ["v-3", "v-2", "v-1", "v0", "v1", "v2"]
+  assert "b1" in expected  # 3 and 1 differ: 'b1' is not 'v1'.
+
+
 def test_time_tokens_match_python_calendar():
   dates = [datetime.date(2000, 1, 1) + datetime.timedelta(days=d)
            for d in range(0, 36500, 7)]  # every month and weekday, leap years
@@ -312,7 +327,9 @@ def _served_replicas(criteo_run, export_dir: str) -> Dict[str, np.ndarray]:
   for seed in (0, 1):
     keras.utils.set_random_seed(seed)
     replicas.append(models.build_model("deepfm", sizes, spec.dense, options))
-  baseline = models.build_model("lr", sizes, spec.dense, options)
+  baseline = models.build_model(
+      "lr", preprocessing.vocabulary_sizes(output, spec, linear=True), (),
+      options)
   serving.export_serving_model(replicas, baseline, output, settings,
                                export_dir)
   serve = tf.saved_model.load(export_dir).signatures["serving_default"]
@@ -391,10 +408,10 @@ def avazu_run(tmp_path_factory):
 @pytest.mark.slow
 def test_criteo_outputs_follow_the_contract(criteo_run):
   spec, rows, transformed, output = criteo_run
-  expected = set(spec.categorical_features + spec.dense + (spec.label,))
+  expected = set(spec.linear_features + spec.dense + (spec.label,))
   assert all(set(r) == expected for r in transformed)
   specs = output.transformed_feature_spec()
-  for name in spec.categorical_features:
+  for name in spec.linear_features:
     assert specs[name] == tf.io.FixedLenFeature([], tf.int64), name
   for name in spec.dense + (spec.label,):
     assert specs[name] == tf.io.FixedLenFeature([], tf.float32), name
@@ -409,7 +426,9 @@ def test_criteo_vocabulary_threshold_frequencies_and_oov(criteo_run):
   assert set(sizes) == set(spec.categorical_features)
   assert sizes[cat] == 2 + features.NUM_OOV_BUCKETS
   assert sizes[other_cat] == 1 + features.NUM_OOV_BUCKETS
-  for name, size in sizes.items():
+  linear_sizes = preprocessing.vocabulary_sizes(output, spec, linear=True)
+  assert set(linear_sizes) == set(spec.linear_features)
+  for name, size in linear_sizes.items():
     assert output.num_buckets_for_transformed_feature(name) == size, name
 
   vocab = _vocabulary(output, cat)
@@ -438,6 +457,18 @@ def test_criteo_dense_log1p_scaled_and_missing_zero(criteo_run):
 
 
 @pytest.mark.slow
+def test_criteo_count_buckets_are_ids_with_their_own_vocabulary(criteo_run):
+  """dense[1] is 1 everywhere: its bucket 'v1' is the vocabulary's one
+  token; dense[0]'s buckets (v0, v1, b4, v-2, missing, b47) are each seen
+  once, below the threshold, so all share the OOV id."""
+  spec, _, transformed, output = criteo_run
+  first, second = spec.bucket_features[:2]
+  assert _vocabulary(output, second) == {b"v1": 0}
+  assert {r[second] for r in transformed} == {0}
+  assert {r[first] for r in transformed} == {1}
+
+
+@pytest.mark.slow
 def test_criteo_eval_only_values_are_oov(criteo_run):
   """Values seen only in later-transformed data never enter a vocabulary."""
   spec, _, _, output = criteo_run
@@ -454,8 +485,8 @@ def test_criteo_serving_without_label_or_a_feature(criteo_run):
   cat = spec.str_categorical[0]
   served = _transform(output, rows, drop=(spec.label,))
   assert spec.label not in served
-  assert set(served) == set(spec.categorical_features + spec.dense)
-  for name in spec.categorical_features + spec.dense:
+  assert set(served) == set(spec.linear_features + spec.dense)
+  for name in spec.linear_features + spec.dense:
     np.testing.assert_allclose(served[name], [r[name] for r in transformed],
                                rtol=1e-6, err_msg=name)
   # A feature absent from every request is OOV, not an error.
