@@ -163,7 +163,8 @@ def matmul_peak_gflops(precision: str) -> float:
   chosen, _ = precision_lib.resolve(precision)
   dtype = tf.bfloat16 if chosen == precision_lib.MIXED_BFLOAT16 else (
       tf.float32)
-  return precision_lib.matmul_gflops(dtype, size=2048, repeats=5)
+  return precision_lib.matmul_gflops([dtype], size=2048, repeats=5,
+                                    rounds=3)[0]
 
 
 def mlp_flops_per_example(model: models.CTRModel) -> int:

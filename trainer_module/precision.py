@@ -5,16 +5,21 @@ Whether bf16 pays depends on the cores, not on the code: on one AMD EPYC
 with AVX512_BF16 bf16 products ran at 0.53x fp32, on another at 1.8x,
 and on Intel AMX cores at 1.3-1.6x per step (docs/benchmark.md). So the
 choice is measured where the model trains: probe() times a square matmul
-in both dtypes (a few milliseconds each, best of a few rounds), and auto
-picks mixed_bfloat16 when bf16 is at least BF16_MIN_SPEEDUP times faster.
-The margin keeps a machine near parity on float32, where the step's other
-work (casts, the float32 embeddings and optimizer) would eat the gain.
+in both dtypes, alternating (a few milliseconds a call), and auto picks
+mixed_bfloat16 when bf16 is at least BF16_MIN_SPEEDUP times faster. The
+margin keeps a machine near parity on float32, where the step's other work
+(casts, the float32 embeddings and optimizer) would eat the gain.
+
+The choice is a measurement, so on a machine near the margin, or one
+whose load swings, two runs can choose differently (the Trainer records
+the choice and the rates): pin `--precision` where retrains must match bit
+for bit.
 """
 
 import functools
 import math
 import time
-from typing import Dict, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -24,38 +29,43 @@ MIXED_BFLOAT16 = "mixed_bfloat16"
 BF16_MIN_SPEEDUP = 1.3
 # The probe's matmul: [PROBE_SIZE, PROBE_SIZE] squared, 2.1 GFLOP, a few
 # milliseconds on a CPU core; PROBE_REPEATS calls per round, PROBE_ROUNDS
-# rounds, the best round counts (the others were disturbed).
+# rounds of each dtype, alternating; the best round of each counts (the
+# others were disturbed), and alternating exposes both to the same load.
 PROBE_SIZE = 1024
 PROBE_REPEATS = 4
-PROBE_ROUNDS = 3
+PROBE_ROUNDS = 5
 
 
-def matmul_gflops(dtype: tf.DType, size: int = PROBE_SIZE,
+def matmul_gflops(dtypes: Sequence[tf.DType], size: int = PROBE_SIZE,
                   repeats: int = PROBE_REPEATS,
-                  rounds: int = PROBE_ROUNDS) -> float:
-  """This machine's matrix-product rate now, in GFLOP/s: the best of
-  `rounds` rounds of `repeats` [size, size] x [size, size] matmuls in
-  `dtype`, after one untimed call (tracing, warm caches)."""
-  a = tf.cast(tf.random.normal([size, size], seed=1), dtype)
-  b = tf.cast(tf.random.normal([size, size], seed=2), dtype)
+                  rounds: int = PROBE_ROUNDS) -> List[float]:
+  """This machine's matrix-product rate now in each of `dtypes`, in
+  GFLOP/s: the best of `rounds` rounds of `repeats` [size, size] x [size,
+  size] matmuls, the dtypes' rounds alternating, after one untimed call
+  each (tracing, warm caches)."""
   product = tf.function(tf.matmul)
-  product(a, b).numpy()
-  best = math.inf
+  operands = []
+  for dtype in dtypes:
+    a = tf.cast(tf.random.normal([size, size], seed=1), dtype)
+    b = tf.cast(tf.random.normal([size, size], seed=2), dtype)
+    product(a, b).numpy()
+    operands.append((a, b))
+  best = [math.inf] * len(dtypes)
   for _ in range(rounds):
-    start = time.perf_counter()
-    for _ in range(repeats):
-      result = product(a, b)
-    result.numpy()
-    best = min(best, (time.perf_counter() - start) / repeats)
-  return 2 * size**3 / best / 1e9
+    for index, (a, b) in enumerate(operands):
+      start = time.perf_counter()
+      for _ in range(repeats):
+        result = product(a, b)
+      result.numpy()
+      best[index] = min(best[index], (time.perf_counter() - start) / repeats)
+  return [2 * size**3 / seconds / 1e9 for seconds in best]
 
 
 def measure() -> Dict[str, float]:
   """Float32 and bfloat16 matmul rates now, their ratio, and the seconds
   the measurement took."""
   start = time.perf_counter()
-  float32 = matmul_gflops(tf.float32)
-  bfloat16 = matmul_gflops(tf.bfloat16)
+  float32, bfloat16 = matmul_gflops([tf.float32, tf.bfloat16])
   return {"float32_gflops": float32, "bfloat16_gflops": bfloat16,
           "bf16_speedup": bfloat16 / float32,
           "probe_seconds": time.perf_counter() - start}

@@ -122,9 +122,9 @@ def test_memory_fits_the_budget():
   row_bytes = input_pipeline.transformed_row_bytes(_TRANSFORM, False)
   assert row_bytes == 20
   assert input_pipeline.transformed_row_bytes(_TRANSFORM, True) == 24
-  available = 1000 * row_bytes / input_pipeline.MEMORY_SHARE
-  assert input_pipeline.memory_fits(1000, row_bytes, int(available))
-  assert not input_pipeline.memory_fits(1000, row_bytes, int(available) - 10)
+  memory = 1000 * row_bytes / input_pipeline.MEMORY_SHARE
+  assert input_pipeline.memory_fits(1000, row_bytes, int(memory))
+  assert not input_pipeline.memory_fits(1000, row_bytes, int(memory) - 10)
   assert not input_pipeline.memory_fits(1, None, 10**12)
 
 
@@ -132,12 +132,12 @@ def test_validation_slice_is_held_alone_when_the_split_does_not_fit(
     tmp_path, monkeypatch):
   labels = (np.random.default_rng(5).random(3000) < 0.2).astype(np.float32)
   records, files = _write(tmp_path, labels)
-  # Memory for twice the validation slice, a fraction of the split (the
-  # slice is ~10% of it).
+  # A machine whose budget holds twice the validation slice, a fraction of
+  # the split (the slice is ~10% of it).
   slice_bytes = (len(records) * input_pipeline.VALIDATION_FRACTION *
                  input_pipeline.transformed_row_bytes(_TRANSFORM, False))
   memory = types.SimpleNamespace(
-      available=int(2 * slice_bytes / input_pipeline.MEMORY_SHARE))
+      total=int(2 * slice_bytes / input_pipeline.MEMORY_SHARE))
   monkeypatch.setattr(input_pipeline.psutil, "virtual_memory", lambda: memory)
   data = input_pipeline.training_data(files, _TRANSFORM, "click",
                                100)
