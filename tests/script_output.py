@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 from typing import Any, List
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -28,21 +29,31 @@ def free_ports(count: int) -> List[int]:
 
 
 def start(script: str, *args: str) -> subprocess.Popen:
-  """The script started in its own process (finish() reads its JSON)."""
-  return subprocess.Popen([sys.executable, script, *args], cwd=ROOT,
-                          env=_environment(), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True)
+  """The script started in its own process (finish() reads its JSON). Its
+  output goes to files, not pipes: a pipe nobody reads while the test
+  waits on another process fills up (64 KiB of Keras progress bars), and
+  the script then blocks on a print, with its peer in a collective."""
+  out, errors = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+  process = subprocess.Popen([sys.executable, script, *args], cwd=ROOT,
+                             env=_environment(), stdout=out, stderr=errors,
+                             text=True)
+  process.output_files = (out, errors)
+  return process
 
 
 def finish(process: subprocess.Popen, timeout: int = 900) -> Any:
   """The JSON a started script prints on its last line; fails with its
   stderr's tail if it fails."""
   try:
-    out, errors = process.communicate(timeout=timeout)
+    process.wait(timeout=timeout)
   finally:
     process.kill()
-  assert process.returncode == 0, errors[-3000:]
-  return json.loads(out.strip().splitlines()[-1])
+  out, errors = process.output_files
+  out.seek(0)
+  errors.seek(0)
+  stdout, stderr = out.read(), errors.read()
+  assert process.returncode == 0, stderr[-3000:]
+  return json.loads(stdout.strip().splitlines()[-1])
 
 
 def json_of(script: str, *args: str) -> Any:
