@@ -149,3 +149,21 @@ def test_validation_slice_is_held_alone_when_the_split_does_not_fit(
   assert sorted(int(r) for f, _ in data.validation
                 for r in f["row"]) == first
   assert len(first) == data.validation_examples
+
+
+def test_in_memory_part_keeps_every_column_of_every_dtype_and_shape():
+  """One block per dtype of single-valued columns, a block of its own for
+  a column of several values: the batches give back each column."""
+  rows = 30
+  features = {"id": np.arange(rows), "count": np.arange(rows) * 1.5,
+              "other_id": np.arange(rows) * 7,
+              "pair": np.stack([np.arange(rows), -np.arange(rows)], 1)}
+  labels = (np.arange(rows) % 2).astype(np.float32)
+  part = input_pipeline.load_in_memory(
+      tf.data.Dataset.from_tensor_slices((features, labels)).batch(8), rows)
+  assert len(part.blocks) == 4  # int64, float64, float32 and the pair.
+  (got, got_labels), = part.batches(rows, shuffle=False)
+  for name, want in features.items():
+    np.testing.assert_array_equal(got[name].numpy(), want)
+    assert got[name].dtype == tf.as_dtype(want.dtype)
+  np.testing.assert_array_equal(got_labels.numpy(), labels)
