@@ -28,10 +28,9 @@ def float32_on_every_machine(monkeypatch):
       "probe_seconds": 0.0})
 
 
-@pytest.fixture(scope="module")
-def criteo_examples(tmp_path_factory):
-  """RawCtrExampleGen's output for CRITEO_EXAMPLE_ROWS generated Criteo
-  rows."""
+def generated_examples(root, rows: int, seed: int):
+  """RawCtrExampleGen's output (an Examples artifact under `root`) for
+  `rows` generated Criteo rows of `seed`."""
   # After pin_keras3: these import TensorFlow.
   # pylint: disable=g-import-not-at-top
   from tfx.types import standard_artifacts
@@ -39,8 +38,7 @@ def criteo_examples(tmp_path_factory):
   from components.raw_example_gen import component as example_gen
   from components.raw_example_gen import executor as example_gen_executor
   # pylint: enable=g-import-not-at-top
-  root = tmp_path_factory.mktemp("criteo_examples")
-  generate.write_synthetic("criteo", CRITEO_EXAMPLE_ROWS, 5,
+  generate.write_synthetic("criteo", rows, seed,
                            str(root / "in" / "train.txt"))
   gen = example_gen.RawCtrExampleGen(input_base=str(root / "in"),
                                      dataset="criteo")
@@ -49,6 +47,14 @@ def criteo_examples(tmp_path_factory):
   example_gen_executor.Executor().Do({}, {"examples": [artifact]},
                                      dict(gen.exec_properties))
   return artifact
+
+
+@pytest.fixture(scope="module")
+def criteo_examples(tmp_path_factory):
+  """RawCtrExampleGen's output for CRITEO_EXAMPLE_ROWS generated Criteo
+  rows."""
+  return generated_examples(tmp_path_factory.mktemp("criteo_examples"),
+                            CRITEO_EXAMPLE_ROWS, 5)
 
 
 CRITEO_SCHEMA_DIR = os.path.join(os.path.dirname(__file__), "..", "schema",

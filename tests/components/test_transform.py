@@ -15,6 +15,7 @@ from components.tf_example_reader import TensorFlowExampleRecord
 from conftest import CRITEO_SCHEMA_DIR as _SCHEMA_DIR
 from conftest import run_transform as _run
 from conftest import split_records
+from trainer_module import features
 
 @pytest.fixture(name="outputs", scope="module")
 def _outputs(criteo_examples, tmp_path_factory):
@@ -27,7 +28,8 @@ def test_vocabulary_files_are_tfx_transforms_byte_for_byte(outputs):
   tfx_output, ours = outputs
   tfx_assets = sorted(os.listdir(os.path.join(
       tfx_output.transform_savedmodel_dir, "assets")))
-  assert len(tfx_assets) == 26
+  # A vocabulary per categorical field and per count's bucket ids.
+  assert len(tfx_assets) == len(features.CRITEO.linear_features) == 39
   assert sorted(os.listdir(os.path.join(
       ours.transform_savedmodel_dir, "assets"))) == tfx_assets
   for name in tfx_assets:

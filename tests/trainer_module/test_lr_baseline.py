@@ -20,10 +20,8 @@ from sklearn import metrics
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from commands import generate
 from components import transform
-from components.raw_example_gen import component as example_gen
-from components.raw_example_gen import executor as example_gen_executor
+from conftest import generated_examples
 from conftest import run_transform
 from conftest import split_records
 from trainer_module import features
@@ -44,17 +42,8 @@ SPEC = features.CRITEO
 def _run(tmp_path_factory):
   """(train files, eval records, train records, Transform output) of ROWS
   generated Criteo rows."""
-  # pylint: disable=g-import-not-at-top
-  from tfx.types import standard_artifacts
-  # pylint: enable=g-import-not-at-top
   root = tmp_path_factory.mktemp("lr_baseline")
-  generate.write_synthetic("criteo", ROWS, 1, str(root / "in" / "train.txt"))
-  gen = example_gen.RawCtrExampleGen(input_base=str(root / "in"),
-                                     dataset="criteo")
-  examples = standard_artifacts.Examples()
-  examples.uri = str(root / "examples")
-  example_gen_executor.Executor().Do({}, {"examples": [examples]},
-                                     dict(gen.exec_properties))
+  examples = generated_examples(root, ROWS, 1)
   output = run_transform(transform.Executor, examples, root / "transform")
   train_files = sorted(glob.glob(os.path.join(examples.uri, "Split-train",
                                               "*.gz")))
