@@ -349,9 +349,11 @@ def test_a_run_past_its_best_epoch_is_also_evaluated_at_its_last(
     tmp_path, monkeypatch):
   """The kept model is the best epoch's; the last epoch's is exported and
   evaluated beside it (last_* columns), its bias refitted the same way."""
-  monkeypatch.setattr(callbacks_lib, "early_stopping", lambda: _FirstEpochBest(
-      monitor="val_logloss", mode="min", patience=2,
-      restore_best_weights=True))
+  monkeypatch.setattr(
+      callbacks_lib, "early_stopping",
+      lambda patience=callbacks_lib.EARLY_STOPPING_PATIENCE: _FirstEpochBest(
+          monitor="val_logloss", mode="min", patience=patience,
+          restore_best_weights=True))
   data = tmp_path / "data"
   generate.write_synthetic("criteo", 3000, 1, str(data / "train.txt"))
   out = tmp_path / "study"
