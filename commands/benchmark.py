@@ -77,9 +77,9 @@ from trainer_module import trainer
 COLUMNS = ("model", "batch_size", "precision", "embedding_update", "cowclip",
            "vocab_scale", "vocab_rows", "distribution", "replicas", "steps",
            "seconds_per_step", "cpu_seconds_per_step", "examples_per_second",
-           "gflops_per_second", "matmul_peak_gflops", "mlp_share", "embedding_share",
-           "optimizer_share", "cowclip_share", "collective_share", "input",
-           "input_share")
+           "gflops_per_second", "matmul_peak_gflops", "mlp_share",
+           "embedding_share", "optimizer_share", "cowclip_share",
+           "collective_share", "input", "input_share")
 COMPONENTS = ("mlp", "embedding", "optimizer", "cowclip")
 # The training input: "pipeline", the Trainer's (input_pipeline.
 # training_data); "fixed", FIXED_BATCHES of its batches held as tensors and
