@@ -68,9 +68,15 @@ def run_cli(dataset, data, output, *extra):
 PRODUCTION_PRACTICE = {
     "criteo": ("--dense-optimizer", "shampoo", "--rank-loss-weight", "0.2",
                "--replicas", "2", "--distill"),
+    # The bias constraints cost AUC (docs/production_calibration.md, issue
+    # #32, open): with them this run's DeepFM loses to the logistic
+    # regression fitted as such by about 0.006 [0.002, 0.011] on its ~4k
+    # eval rows, beyond the noise, so the LR check gets a margin here; the
+    # check's refusal is tested in tests/components/test_lr_gate.py.
     "avazu": ("--replicas", "2", "--max-pd", "1.9", "--activation", "smelu",
               "--bias-constraints", "predicted_ctr,site_id",
-              "--negative-sampling-rate", "0.5"),
+              "--negative-sampling-rate", "0.5", "--max-auc-below-lr",
+              "0.02"),
 }
 
 
