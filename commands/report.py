@@ -98,6 +98,9 @@ def _outcome_section(run: RunSummary) -> str:
   parts = ["<h2>Outcome</h2>",
            _paragraph(f"Pushed: {report_text.push_verdict(run)}", "verdict"),
            _paragraph(f"Baseline: {report_text.baseline_verdict(run)}")]
+  served = report_text.served_text(run)
+  if served:
+    parts.append(_paragraph(f"Served: {served}", "verdict"))
   if run.evaluation:
     parts.append(_paragraph(
         "TFMA validation: " + ("all checks passed"

@@ -93,6 +93,22 @@ def push_verdict(run: RunSummary) -> str:
   return "no: the run did not reach the Evaluator"
 
 
+def served_text(run: RunSummary) -> Optional[str]:
+  """Which model the export serves, when it is not the model: the Trainer
+  serves the logistic-regression baseline when it ranked better on the
+  validation slice (trainer.choose_served); None when it serves the
+  model or the run has no record."""
+  served = (run.training or {}).get("served")
+  if not served or served["served"] == "model":
+    return None
+  model = served["model"]
+  return (f"the logistic-regression baseline, not the {model}: its "
+          f"validation AUC {served['lr_validation_auc']:.4f} beat the "
+          f"{model}'s {served['model_validation_auc']:.4f}, so the metrics "
+          "above are the baseline's (--serve model serves the model "
+          "whatever its AUC)")
+
+
 def baseline_verdict(run: RunSummary) -> str:
   """What the candidate was compared against."""
   if run.evaluation is None:
@@ -155,6 +171,9 @@ def describe(run: RunSummary) -> str:
   else:
     lines.append("metrics:   none (no evaluation)")
   lines.append(f"baseline:  {baseline_verdict(run)}")
+  served = served_text(run)
+  if served:
+    lines.append(f"served:    {served}")
   lines.append(f"pushed:    {push_verdict(run)}")
   if run.earlier:
     lines.append(f"note:      from an earlier run: {', '.join(run.earlier)}")
@@ -207,6 +226,9 @@ def headline(run: RunSummary, page: Optional[str]) -> str:
                    (f"; model AUC minus LR {over})" if over else ")"))
     if run.evaluation.baseline_overall is not None:
       lines.append(f"vs served:  {_headline_changes(overall)}")
+  served = served_text(run)
+  if served:
+    lines.append(f"served:     {served}")
   outcome = run.outcome
   if outcome and outcome.ingestion:
     lines.append(f"ingested:   {outcome.ingestion}")

@@ -32,23 +32,27 @@ def frequency_buckets(typical_counts: tf.Tensor,
 
 
 def serving_outputs(probabilities: Sequence[tf.Tensor],
-                    baseline_probability: tf.Tensor,
-                    push: str) -> Dict[str, tf.Tensor]:
+                    baseline_probability: tf.Tensor, push: str,
+                    serve_baseline: bool = False) -> Dict[str, tf.Tensor]:
   """The serving signature's outputs from the replicas' probabilities.
 
   contract.PREDICTION_KEY is the one replica's probability, or with
   several the mean of their probabilities (push "ensemble", the
   self-ensemble) or replica 0's (push "single"); each replica's is also
   returned under contract.replica_output(i). contract.LR_OUTPUT is the
-  logistic-regression baseline's.
+  logistic-regression baseline's, and with `serve_baseline` it is also
+  PREDICTION_KEY (trainer.choose_served).
   """
   outputs = {contract.LR_OUTPUT: baseline_probability}
   if len(probabilities) > 1:
     outputs.update({contract.replica_output(i): p
                     for i, p in enumerate(probabilities)})
-  outputs[contract.PREDICTION_KEY] = (
-      tf.add_n(list(probabilities)) / len(probabilities)
-      if push == "ensemble" else probabilities[0])
+  if serve_baseline:
+    outputs[contract.PREDICTION_KEY] = baseline_probability
+  else:
+    outputs[contract.PREDICTION_KEY] = (
+        tf.add_n(list(probabilities)) / len(probabilities)
+        if push == "ensemble" else probabilities[0])
   return outputs
 
 
@@ -65,12 +69,15 @@ class ServingModule(tf.Module):
                tf_transform_output: tft.TFTransformOutput,
                spec: features.DatasetSpec, frequency_field: str,
                frequency_thresholds: Sequence[int],
-               push: str = settings_lib.DEFAULT_PUSH):
+               push: str = settings_lib.DEFAULT_PUSH,
+               serve_baseline: bool = False):
     """`replicas`: the model's replicas (one without --replicas; see
-    serve); `push`: settings.PUSH_MODES, what is served with replicas."""
+    serve); `push`: settings.PUSH_MODES, what is served with replicas;
+    `serve_baseline`: serve the baseline's probability instead."""
     super().__init__()
     self.replicas = list(replicas)
     self._push = push
+    self._serve_baseline = serve_baseline
     self.baseline = baseline
     self.transform_layer = tf_transform_output.transform_features_layer()
     raw_spec = tf_transform_output.raw_feature_spec()
@@ -95,12 +102,14 @@ class ServingModule(tf.Module):
   def serve(self, examples):
     """The click probability and the baseline's; with replicas, each
     replica's too (contract.replica_output), and the served probability is
-    their mean (push "ensemble") or replica 0's (push "single")."""
+    their mean (push "ensemble") or replica 0's (push "single"), or the
+    baseline's when it is served."""
     transformed = self._transform(examples)
     return serving_outputs(
         [tf.sigmoid(replica(transformed, training=False))
          for replica in self.replicas],
-        tf.sigmoid(self.baseline(transformed, training=False)), self._push)
+        tf.sigmoid(self.baseline(transformed, training=False)), self._push,
+        self._serve_baseline)
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string,
                                               name="examples")])
@@ -121,12 +130,15 @@ class ServingModule(tf.Module):
 def export_serving_model(replicas: Sequence[keras.Model],
                          baseline: keras.Model,
                          tf_transform_output: tft.TFTransformOutput,
-                         settings: TrainerSettings, export_dir: str) -> None:
+                         settings: TrainerSettings, export_dir: str,
+                         serve_baseline: bool = False) -> None:
   """Saves the model's replicas (one without --replicas) and its logistic-
-  regression baseline with the Transform graph as a SavedModel."""
+  regression baseline with the Transform graph as a SavedModel; with
+  `serve_baseline` its served probability is the baseline's."""
   module = ServingModule(replicas, baseline, tf_transform_output, settings.spec,
                          settings.frequency_field,
-                         settings.frequency_thresholds, settings.push)
+                         settings.frequency_thresholds, settings.push,
+                         serve_baseline)
   tf.saved_model.save(module, export_dir, signatures={
       "serving_default": module.serve,
       contract.SLICING_SIGNATURE: module.slicing_features})

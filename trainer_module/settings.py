@@ -65,6 +65,11 @@ DEFAULT_BIAS_CONSTRAINT_LR = 1.0
 # or replica 0 alone.
 PUSH_MODES = ("ensemble", "single")
 DEFAULT_PUSH = "ensemble"
+# What the exported model serves: the better of the model and its
+# logistic-regression baseline by validation AUC (trainer.choose_served),
+# or the model whatever its AUC (the gate may then refuse it).
+SERVE_MODES = ("best", "model")
+DEFAULT_SERVE = "best"
 # How training spreads over devices and machines (distribution.py's module
 # doc): auto picks from the GPUs, the logical CPU devices and TF_CONFIG.
 DISTRIBUTIONS = ("auto", "none", "mirrored", "multi-worker")
@@ -279,6 +284,9 @@ class TrainerSettings:
       seed (initialisation and data order); their Prediction Difference
       measures reproducibility (Anil et al. 2022, section 5).
     push: one of PUSH_MODES: what the exported model serves with replicas.
+    serve: one of SERVE_MODES: "best" serves the logistic-regression
+      baseline instead when its validation AUC beats the model's (at small
+      data sizes a linear model often ranks better), "model" the model.
     distill: train one more model on the replicas' ensemble (the student)
       and serve it alone (Anil et al. 2022, section 6).
     distill_label_weight: the student's target is this share of the label
@@ -335,6 +343,11 @@ class TrainerSettings:
   push: str = options.option(
       DEFAULT_PUSH, "with replicas, serve their mean probability (ensemble) "
       "or replica 0 (single)", choices=PUSH_MODES)
+  serve: str = options.option(
+      DEFAULT_SERVE, "best: serve the logistic-regression baseline instead "
+      "of the model when its AUC on the validation slice is higher (the run "
+      "says so); model: always serve the model (the gate may refuse it)",
+      choices=SERVE_MODES)
   distill: bool = options.option(
       False, "with replicas, distil their ensemble into one model of the "
       "same shape (trained on the ensemble's predictions beside the labels) "

@@ -338,9 +338,43 @@ def compare_with_ensemble(student: models.CTRModel,
           "replica_pd": contract.prediction_difference(replica_p, weights)}
 
 
+def choose_served(settings: TrainerSettings, record: Mapping[str, Any],
+                  baseline_record: Mapping[str, Any]) -> Dict[str, Any]:
+  """Which of the model and its logistic-regression baseline the export
+  serves (settings.serve), by AUC on the validation slice at each one's
+  kept epoch (the same Keras metric; the baseline's before its refit on
+  that slice). The eval split is left to the Evaluator, whose gate then
+  judges what is served.
+
+  The model's AUC is its own, the distilled student's, or with replicas
+  served as their ensemble the mean of theirs (the ensemble usually ranks
+  at least as well), or replica 0's when it is served alone. "best" serves
+  the baseline when its AUC is higher: on small data a linear model often
+  ranks better, and the user still gets the better model.
+
+  Returns:
+    {"served": "model" or contract.LR_OUTPUT, "serve": settings.serve,
+     "model": settings.model, "model_validation_auc", "lr_validation_auc"}.
+  """
+  if settings.distill:
+    model_auc = record["distillation"]["best"]["val_auc"]
+  elif settings.replicas > 1 and settings.push == "ensemble":
+    model_auc = float(np.mean([r["best"]["val_auc"]
+                               for r in record["replicas"]]))
+  else:
+    model_auc = record["best"]["val_auc"]
+  lr_auc = baseline_record["best"]["val_auc"]
+  lr_served = settings.serve == "best" and lr_auc > model_auc
+  return {"served": contract.LR_OUTPUT if lr_served else "model",
+          "serve": settings.serve, "model": settings.model,
+          "model_validation_auc": float(model_auc),
+          "lr_validation_auc": float(lr_auc)}
+
+
 def run_fn(fn_args) -> None:
   """Trains the configured CTR model with CowClip and its logistic-
-  regression baseline, and exports both in one SavedModel."""
+  regression baseline, and exports both in one SavedModel, serving the
+  model or, when it ranks better, the baseline (choose_served)."""
   settings = TrainerSettings.from_custom_config(fn_args.custom_config)
   # First: a multi-worker strategy (and a CPU split) must exist before
   # anything initialises TensorFlow's runtime.
@@ -368,7 +402,14 @@ def run_fn(fn_args) -> None:
       steps_per_epoch=steps_per_epoch(data.train_examples, batch_size),
       logistic_regression={k: baseline_record[k] for k in (
           "history", "epochs_run", "best_epoch", "best", "scaled", "grid",
-          "c", "l2", "refit", "seconds")})
+          "c", "l2", "refit", "seconds")},
+      served=choose_served(settings, record, baseline_record))
+  serve_baseline = record["served"]["served"] == contract.LR_OUTPUT
+  logging.info("serving the %s: validation AUC %.4f (the logistic-regression "
+               "baseline) against %.4f (the model), --serve %s",
+               "logistic-regression baseline" if serve_baseline else "model",
+               record["served"]["lr_validation_auc"],
+               record["served"]["model_validation_auc"], settings.serve)
   # Training is over: its record cache is freed for the export to reuse,
   # then given back before the Evaluator, which may run in this process.
   del data
@@ -377,11 +418,11 @@ def run_fn(fn_args) -> None:
     # chief's model is the Trainer's output.
     with tempfile.TemporaryDirectory() as scratch:
       export_serving_model(replicas, baseline, tf_transform_output, settings,
-                           scratch)
+                           scratch, serve_baseline)
     release_memory()
     return
   export_serving_model(replicas, baseline, tf_transform_output, settings,
-                       fn_args.serving_model_dir)
+                       fn_args.serving_model_dir, serve_baseline)
   for directory in (fn_args.model_run_dir, fn_args.serving_model_dir):
     with tf.io.gfile.GFile(os.path.join(directory, contract.TRAINING_RECORD),
                            "w") as f:

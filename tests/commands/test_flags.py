@@ -69,6 +69,7 @@ SAMPLES = {
     "negative_sampling_rate": ("0.5", 0.5),
     "replicas": ("2", 2),
     "push": ("single", "single"),
+    "serve": ("model", "model"),
     "distill": (None, True),
     "distill_label_weight": ("0.25", 0.25),
     "distribution": ("none", "none"),

@@ -5,6 +5,7 @@ every number on the page is known and checked where it must appear.
 """
 
 import dataclasses
+import html
 import os
 
 from commands import report
@@ -121,6 +122,24 @@ def test_headline_of_a_pushed_and_of_a_refused_run(tmp_path):
                                  None).splitlines()
   assert refused[3] == "not pushed: auc 0.7312 < min 0.9000 (Overall)"
   assert not any(line.startswith("report:") for line in refused)
+
+
+def test_a_run_serving_its_baseline_says_so_everywhere(tmp_path):
+  served = {"served": contract.LR_OUTPUT, "serve": "best", "model": "deepfm",
+            "model_validation_auc": 0.6421, "lr_validation_auc": 0.6702}
+  run = _summary(str(tmp_path), training={**TRAINING, "served": served})
+  line = ("the logistic-regression baseline, not the deepfm: its validation "
+          "AUC 0.6702 beat the deepfm's 0.6421, so the metrics above are the "
+          "baseline's (--serve model serves the model whatever its AUC)")
+  assert f"served:     {line}" in report_text.headline(run, None).splitlines()
+  assert f"served:    {line}" in report_text.describe(run).splitlines()
+  with open(report.write_run_page(run)) as f:
+    assert html.escape(f"Served: {line}") in f.read()
+  model_served = _summary(str(tmp_path), training={
+      **TRAINING, "served": {**served, "served": "model"}})
+  assert not any(line.startswith("served:") for line in (
+      report_text.headline(model_served, None) + "\n" +
+      report_text.describe(model_served)).splitlines())
 
 
 # The gate's intervals (components.gate_metrics), as TFMA's loader names

@@ -34,8 +34,10 @@ COMMON = ["--dataset", "criteo", "--image", "local/cowclip:test",
           "--for-local-run", "--batch-size", "256", "--min-frequency", "3",
           "--embedding-dim", "4", "--hidden-units", "16"]
 GOOD = ["--epochs", "2", "--embed-lr", "1e-2"]
-# Hardly trained: 1 epoch at learning rates 1000x smaller.
-WORSE = ["--epochs", "1", "--embed-lr", "1e-5", "--dense-lr", "1e-6"]
+# Hardly trained: 1 epoch at learning rates 1000x smaller, and served
+# whatever its AUC (not replaced by its better logistic regression).
+WORSE = ["--epochs", "1", "--embed-lr", "1e-5", "--dense-lr", "1e-6",
+         "--serve", "model"]
 UPSTREAM = ("ImportSchemaGen", "RawCtrExampleGen", "StatisticsGen",
             "StrictExampleValidator", "Transform")
 

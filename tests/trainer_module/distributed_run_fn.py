@@ -30,7 +30,7 @@ def _run(kind, transform_dir, out_dir, files, cpu_devices):
   """run_fn with distribution `kind`, seed 3; its serving directory."""
   settings = TrainerSettings(
       dataset="criteo", batch_size=128, epochs=2, seed=3, distribution=kind,
-      cpu_devices=cpu_devices,
+      cpu_devices=cpu_devices, serve="model",
       model_options=ModelOptions(embedding_dim=4, hidden_units=(16, 16),
                                  precision="float32"))
   serving_dir = os.path.join(out_dir, kind, "serving")

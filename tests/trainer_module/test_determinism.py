@@ -56,7 +56,7 @@ def _served(inputs, seed, out_dir):
   """run_fn with `seed`; the exported model's outputs on the eval split."""
   files, output, eval_records = inputs
   settings = TrainerSettings(
-      dataset="criteo", batch_size=128, epochs=2, seed=seed,
+      dataset="criteo", batch_size=128, epochs=2, seed=seed, serve="model",
       model_options=ModelOptions(embedding_dim=4, hidden_units=(16, 16)))
   serving_dir = os.path.join(out_dir, "serving")
   trainer.run_fn(types.SimpleNamespace(

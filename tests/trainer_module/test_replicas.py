@@ -75,6 +75,43 @@ def test_served_probability_is_the_replicas_mean_or_replica_zero():
   # One model: its probability, no replica outputs (the signature as before).
   alone = serving.serving_outputs(replicas[:1], lr, "ensemble")
   assert sorted(alone) == sorted([contract.PREDICTION_KEY, contract.LR_OUTPUT])
+  # The baseline served: its probability under both names, replicas kept.
+  baseline = serving.serving_outputs(replicas, lr, "ensemble",
+                                     serve_baseline=True)
+  np.testing.assert_array_equal(baseline[contract.PREDICTION_KEY], lr)
+  np.testing.assert_array_equal(baseline[contract.replica_output(2)],
+                                replicas[2])
+
+
+def _auc(value):
+  return {"best": {"val_auc": value}}
+
+
+@pytest.mark.parametrize("options, record, lr_auc, served", [
+    # One model: its own validation AUC against the baseline's.
+    ({}, _auc(0.70), 0.71, contract.LR_OUTPUT),
+    ({}, _auc(0.71), 0.70, "model"),
+    ({}, _auc(0.70), 0.70, "model"),  # a tie keeps the model
+    ({"serve": "model"}, _auc(0.60), 0.71, "model"),
+    # Replicas served as their ensemble: the mean of theirs (0.705).
+    ({"replicas": 2}, {**_auc(0.69), "replicas": [_auc(0.69), _auc(0.72)]},
+     0.70, "model"),
+    # Replica 0 served alone: its AUC only.
+    ({"replicas": 2, "push": "single"},
+     {**_auc(0.69), "replicas": [_auc(0.69), _auc(0.72)]}, 0.70,
+     contract.LR_OUTPUT),
+    # The distilled student: its AUC, not the replicas'.
+    ({"replicas": 2, "distill": True},
+     {**_auc(0.72), "distillation": _auc(0.68)}, 0.70, contract.LR_OUTPUT),
+])
+def test_the_better_of_model_and_baseline_by_validation_auc_is_served(
+    options, record, lr_auc, served):
+  chosen = trainer.choose_served(
+      TrainerSettings(dataset="criteo", **options), record, _auc(lr_auc))
+  assert chosen["served"] == served
+  assert chosen["lr_validation_auc"] == lr_auc
+  assert (chosen["serve"], chosen["model"]) == (
+      options.get("serve", "best"), "deepfm")
 
 
 def _seeds_trained(monkeypatch, count, seed, log_dir):
