@@ -2,17 +2,21 @@
 (docs/production_calibration.md).
 
   .venv/bin/python docs/bias_constraints_ab.py --data FILE --output DIR \
-      --constraints predicted_ctr,C6,C9 --seeds 0,1 --epochs 2 --out CSV
+      --constraints predicted_ctr,C6,C9 --lrs 1,0.1 --seeds 0,1 --epochs 2 \
+      --out CSV
 
 Runs the pipeline up to Transform once (the study's transform_once, cached),
 then for each seed trains DeepFM through trainer.train (the Trainer's one
 training path: early stopping, bias refit) without and with
---bias-constraints, on the same data and seed. On the transformed EVAL
-split it reports AUC (scikit-learn), log loss, overall calibration and,
+--bias-constraints (one run per ascent step of --lrs), on the same data and
+seed. On the transformed EVAL split, and on the TRAIN split the constraints
+act on, it reports AUC (scikit-learn), log loss, overall calibration and,
 per axis, the unweighted variance over buckets of (mean label - mean
-prediction): the deciles of predicted CTR over the eval split, and the
-training buckets of each categorical feature of --axes (top 9 ids + other,
-bias_constraints.id_buckets).
+prediction): the deciles of predicted CTR, and the training buckets of each
+categorical feature of --axes (top 9 ids + other,
+bias_constraints.id_buckets); beside each, its noise floor (noise_floor:
+what the labels' sampling alone gives a calibrated model), and the largest
+final multiplier of each constrained feature.
 """
 
 import argparse
@@ -46,9 +50,23 @@ def bucket_bias_variance(labels, predictions, buckets):
   return float(np.var(biases))
 
 
-def evaluate(model, eval_data, axes):
+def noise_floor(predictions, buckets):
+  """The bucket-bias variance a perfectly calibrated model would show from
+  the labels' sampling alone: each bucket's bias then has mean 0 and
+  variance s_k = mean_k(p (1 - p)) / n_k (Bernoulli labels), and the
+  expected population variance of K such independent biases is
+  (K - 1) / K^2 * sum_k s_k."""
+  noise = [np.mean(predictions[buckets == k] * (1 - predictions[buckets == k]))
+           / np.sum(buckets == k) for k in np.unique(buckets)]
+  count = len(noise)
+  return float((count - 1) / count ** 2 * np.sum(noise))
+
+
+def evaluate(model, data, axes, prefix=""):
+  """AUC, log loss, calibration and each axis' bucket-bias variance with
+  its noise floor on `data`; keys prefixed with `prefix`."""
   logits, labels, ids = [], [], {a: [] for a in axes}
-  for batch, label in eval_data:
+  for batch, label in data:
     logits.append(keras.ops.convert_to_numpy(
         model(batch, training=False)).reshape(-1))
     labels.append(label.numpy().reshape(-1))
@@ -61,13 +79,15 @@ def evaluate(model, eval_data, axes):
   row = {"auc": metrics.roc_auc_score(y, p),
          "logloss": metrics.log_loss(y, np.clip(p, 1e-7, 1 - 1e-7)),
          "calibration": p.mean() / y.mean(),
-         "eval_examples": len(y),
-         "var_predicted_ctr": bucket_bias_variance(y, p, deciles)}
+         "examples": len(y),
+         "var_predicted_ctr": bucket_bias_variance(y, p, deciles),
+         "noise_predicted_ctr": noise_floor(p, deciles)}
   for axis in axes:
     buckets = bias_constraints.id_buckets(
         tf.constant(np.concatenate(ids[axis]))).numpy()
     row[f"var_{axis}"] = bucket_bias_variance(y, p, buckets)
-  return row
+    row[f"noise_{axis}"] = noise_floor(p, buckets)
+  return {prefix + k: v for k, v in row.items()}
 
 
 def main():
@@ -77,8 +97,9 @@ def main():
   parser.add_argument("--dataset", default="criteo")
   parser.add_argument("--constraints", default="predicted_ctr,C6,C9")
   parser.add_argument("--axes", default="C6,C9,C17,C20")
-  parser.add_argument("--lr", type=float,
-                      default=settings_lib.DEFAULT_BIAS_CONSTRAINT_LR)
+  parser.add_argument("--lrs", default=str(
+      settings_lib.DEFAULT_BIAS_CONSTRAINT_LR), help="ascent steps, "
+                      "comma-separated: one constrained run each")
   parser.add_argument("--seeds", default="0,1")
   parser.add_argument("--epochs", type=int, default=2)
   parser.add_argument("--batch-size", type=int, default=1024)
@@ -94,24 +115,33 @@ def main():
   label = config.spec.label
   eval_data = input_pipeline.make_dataset(eval_files, tft_output, label, 8192,
                                    shuffle=False)
+  # The training rows the constraints act on (the validation slice too).
+  train_data = input_pipeline.make_dataset(train_files, tft_output, label,
+                                           8192, shuffle=False)
   axes = [a for a in args.axes.split(",") if a]
   constraints = tuple(c for c in args.constraints.split(",") if c)
+  lrs = [float(lr) for lr in args.lrs.split(",")]
   for seed in [int(s) for s in args.seeds.split(",")]:
-    for variant in ((), constraints):
+    for variant, lr in [((), None)] + [(constraints, lr) for lr in lrs]:
       settings = dataclasses.replace(config.trainer, step=dataclasses.replace(
           config.trainer.step, bias_constraints=variant,
-          bias_constraint_lr=args.lr))
+          bias_constraint_lr=lr or settings_lib.DEFAULT_BIAS_CONSTRAINT_LR))
       data = input_pipeline.training_data(train_files, tft_output, label,
                                    args.batch_size, seed=seed)
       start = time.perf_counter()
       model, record = trainer.train(settings, data, tft_output, seed=seed,
                                     verbose=0)
+      multipliers = record.get("bias_multipliers", {})
       row = {"constraints": ",".join(variant) or "none", "seed": seed,
-             "lr": args.lr if variant else "", "epochs_run":
+             "lr": lr or "", "epochs_run":
              record["epochs_run"], "best_epoch": record["best_epoch"],
              "train_seconds": round(time.perf_counter() - start, 1),
              "train_examples": data.train_examples,
-             **evaluate(model, eval_data, axes)}
+             **{f"max_abs_lambda_{name}": max(abs(v) for v in
+                                             multipliers[name])
+                if name in multipliers else "" for name in constraints},
+             **evaluate(model, eval_data, axes, "eval_"),
+             **evaluate(model, train_data, axes, "train_")}
       print(row, flush=True)
       new = not os.path.exists(args.out)
       with open(args.out, "a", newline="") as f:

@@ -358,7 +358,7 @@ class CowClipTrainer:
             labels, logits,
             self.bias_constraints.buckets(self, features, logits), weights,
             total)
-        objective = logloss + constraint
+        objective += constraint
     # The L2 term's gradient (2 * l2 * W) is added per row, not taped.
     gradients = tape.gradient(objective, tables + dense)
     if self.bias_constraints is not None:

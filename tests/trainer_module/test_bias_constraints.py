@@ -162,6 +162,25 @@ def test_train_step_descends_the_term_and_ascends_the_multipliers():
                              0.1 * expected.numpy(), rtol=1e-4, atol=1e-8)
 
 
+def test_the_term_adds_to_the_rank_loss_rather_than_replacing_it():
+  """At zero multipliers the term and its gradient are 0: one step with the
+  rank loss and the constraints moves the weights as the rank loss alone
+  does."""
+  ranked = dataclasses.replace(CONFIG, step=dataclasses.replace(
+      CONFIG.step, rank_loss_weight=0.5))
+  constrained = dataclasses.replace(ranked, step=dataclasses.replace(
+      ranked.step, bias_constraints=("a",)))
+  features, labels = _batch(4)
+  weights = []
+  for config in (ranked, constrained, CONFIG):
+    model = _model(config)
+    model.train_on_batch(features, labels)
+    weights.append(np.concatenate([keras.ops.convert_to_numpy(w).ravel()
+                                   for w in model.weights]))
+  np.testing.assert_allclose(weights[1], weights[0], rtol=1e-5, atol=1e-7)
+  assert np.abs(weights[2] - weights[0]).max() > 1e-5  # The rank loss acts.
+
+
 def test_multipliers_are_not_model_weights_nor_saved(tmp_path):
   model = _model(dataclasses.replace(CONFIG, step=dataclasses.replace(CONFIG.step, bias_constraints=("a",))))
   features, labels = _batch(1)
