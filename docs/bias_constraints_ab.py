@@ -110,8 +110,8 @@ def main():
                           batch_size=args.batch_size)
   inputs = study_data.transform_once(config)
   tft_output = tft.TFTransformOutput(inputs.transform_graph)
-  train_files = study_data.split_files(inputs.transformed_examples, "train")
-  eval_files = study_data.split_files(inputs.transformed_examples, "eval")
+  train_files = study_data.split_files(inputs.raw_examples, "train")
+  eval_files = study_data.split_files(inputs.raw_examples, "eval")
   label = config.spec.label
   eval_data = input_pipeline.make_dataset(eval_files, tft_output, label, 8192,
                                    shuffle=False)

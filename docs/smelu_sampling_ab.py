@@ -225,8 +225,8 @@ def main():
                           batch_size=args.batch_size)
   inputs = study_data.transform_once(config)
   setup = (tft.TFTransformOutput(inputs.transform_graph),
-           study_data.split_files(inputs.transformed_examples, "train"),
-           study_data.split_files(inputs.transformed_examples, "eval"))
+           study_data.split_files(inputs.raw_examples, "train"),
+           study_data.split_files(inputs.raw_examples, "eval"))
   if args.profile:
     profile(config, setup, rates, args.repeats, args.batch_size,
             args.profile, args.output)

@@ -148,7 +148,8 @@ def create_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
 
   The logistic-regression baseline the Trainer exports beside the model
   (output LR_OUTPUT of the same signature) gets the same metrics on the
-  same slices, from the candidate only (the latest blessed model is compared
+  same slices, with its AUC and calibration intervals, from the candidate
+  only (the latest blessed model is compared
   on the model's output). The gate's check against it is
   gate_metrics.AUCOverLogisticRegression, model AUC minus LR AUC paired on
   the same rows, its upper bound at least -config.gate.max_auc_below_lr.
@@ -186,10 +187,13 @@ def create_eval_config(config: PipelineConfig) -> tfma.EvalConfig:
   metrics.append(tfma.MetricConfig(
       class_name="CalibrationPlot",
       config=f'"num_buckets": {CALIBRATION_PLOT_BUCKETS}'))
+  # The baseline's own AUC and calibration intervals: shown, not checked.
   lr_metrics = [tfma.MetricConfig(class_name=m.class_name, config=m.config)
                 for m in metrics] + [tfma.MetricConfig(class_name=name) for name
                                      in ("AUC", "BinaryCrossEntropy",
-                                         "Calibration")]
+                                         "Calibration")] + [
+      gate(gate_metrics.AUCInterval, gate_metrics.UPPER),
+      gate(gate_metrics.CalibrationInterval, gate_metrics.UPPER)]
   lr_check = gate(
       gate_metrics.AUCOverLogisticRegression, gate_metrics.UPPER,
       **({} if config.gate.max_auc_below_lr is None else {
