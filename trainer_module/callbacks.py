@@ -110,13 +110,14 @@ EARLY_STOPPING_MONITOR = "val_logloss"
 EARLY_STOPPING_PATIENCE = 2
 
 
-def early_stopping(patience: int = EARLY_STOPPING_PATIENCE
-                  ) -> keras.callbacks.EarlyStopping:
-  """Keras' EarlyStopping on EARLY_STOPPING_MONITOR that restores the best
-  epoch's weights at the end of training (Keras 3 does so whether or not it
-  stopped early); its ``best_epoch`` is 0-based."""
+def early_stopping(patience: int = EARLY_STOPPING_PATIENCE,
+                   monitor: str = EARLY_STOPPING_MONITOR,
+                   min_delta: float = 0.0) -> keras.callbacks.EarlyStopping:
+  """Keras' EarlyStopping on `monitor` (a loss: lower is better) that
+  restores the best epoch's weights at the end of training (Keras 3 does so
+  whether or not it stopped early); its ``best_epoch`` is 0-based."""
   return keras.callbacks.EarlyStopping(
-      monitor=EARLY_STOPPING_MONITOR, mode="min", patience=patience,
+      monitor=monitor, mode="min", patience=patience, min_delta=min_delta,
       restore_best_weights=True)
 
 
@@ -130,7 +131,7 @@ class HalveOnPlateau(keras.callbacks.Callback):
   loss, and the weights kept are one epoch's sample of that circle, a few
   thousandths of AUC off the optimum's on 20k rows; halving the rate when
   the loss stops falling settles them there within early stopping's
-  patience.
+  patience. (Keras' ReduceLROnPlateau sets model.optimizer's rate only.)
   """
 
   def __init__(self, monitor: str = EARLY_STOPPING_MONITOR,

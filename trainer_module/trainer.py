@@ -231,9 +231,8 @@ def refit(model: models.CTRModel, data: TrainingData,
   Returns:
     {"epochs_run", "loss"}: the epochs and the best epoch's training loss.
   """
-  stopping = keras.callbacks.EarlyStopping(
-      monitor="loss", mode="min", patience=BASELINE_PATIENCE,
-      min_delta=BASELINE_REFIT_MIN_DELTA, restore_best_weights=True)
+  stopping = callbacks_lib.early_stopping(
+      BASELINE_PATIENCE, "loss", BASELINE_REFIT_MIN_DELTA)
   history = model.fit(distribution.split_by_examples(whole),
                       epochs=BASELINE_MAX_EPOCHS, verbose=verbose,
                       callbacks=[callbacks_lib.HalveOnPlateau(
