@@ -216,13 +216,6 @@ def _calibration_bucket_section(run: RunSummary,
       _image(report_calibration.plot(axes, os.path.join(
           report_dir, CALIBRATION_BUCKETS_FIGURE)),
              "calibration bias by bucket")]
-  multipliers = (run.training or {}).get("bias_multipliers")
-  if multipliers:
-    parts.append(_paragraph(
-        "Trained with bias constraints on " + ", ".join(multipliers) +
-        "; final multipliers by bucket: " + "; ".join(
-            f"{name}: " + " ".join(f"{v:+.3g}" for v in values)
-            for name, values in multipliers.items()) + "."))
   for name, buckets in axes.items():
     parts += [f"<h3>{html.escape(name)}: bucket-bias variance "
               f"{report_calibration.bias_variance(buckets):.3e}</h3>",
@@ -232,8 +225,8 @@ def _calibration_bucket_section(run: RunSummary,
 
 
 def _production_options(record: Mapping[str, Any]) -> List[str]:
-  """What the activation, negative down-sampling and bias constraints did
-  in training (PD and the calibration buckets have their own sections)."""
+  """What the activation and negative down-sampling did in training (PD
+  and the calibration buckets have their own sections)."""
   rows = []
   options = record.get("model_options", {})
   if options.get("activation") == "smelu":
@@ -245,10 +238,6 @@ def _production_options(record: Mapping[str, Any]) -> List[str]:
                  f"weighted {sampling['non_click_weight']:g}"
                  + (f"; WARNING: {sampling['warning']}"
                     if sampling.get("warning") else "")])
-  for name, multipliers in sorted(record.get("bias_multipliers", {}).items()):
-    rows.append([f"bias constraint: {name}",
-                 f"{len(multipliers)} buckets, final multipliers "
-                 f"{min(multipliers):+.3g} to {max(multipliers):+.3g}"])
   if not rows:
     return []
   return ["<h2>Production options</h2>", _table(["option", "what it did"],

@@ -192,7 +192,7 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
          "cowclip": run.cowclip, "batch_size": run.batch_size,
          "seed": run.seed, "epochs": config.trainer.epochs,
          "embedding_update": config.trainer.step.embedding_update,
-         "bias_constraints": ",".join(config.trainer.step.bias_constraints),
+         "bias_constraints": "",  # A removed option (study_results.COLUMNS).
          "replicas": config.trainer.replicas,
          "push": (config.trainer.push if config.trainer.served_replicas > 1
                   else ""),
@@ -284,7 +284,7 @@ def same_training(config: PipelineConfig, run: StudyRun,
       "model": run.model, "batch_size": run.batch_size, "seed": run.seed,
       "cowclip": run.cowclip, "epochs": config.trainer.epochs,
       "embedding_update": config.trainer.step.embedding_update,
-      "bias_constraints": ",".join(config.trainer.step.bias_constraints),
+      "bias_constraints": "",
       **hparams})
   for row in rows:
     if _training_signature(row) == wanted:
@@ -437,8 +437,7 @@ def main(args: argparse.Namespace) -> int:
                if auto else "") + ".",
             f"Model options: {trainer_settings.model_options}; embedding "
             f"update {step.embedding_update}; negative sampling rate "
-            f"{trainer_settings.negative_sampling_rate}; bias constraints "
-            f"{list(step.bias_constraints) or 'none'}.",
+            f"{trainer_settings.negative_sampling_rate}.",
             "Id-frequency buckets: the pipeline's id_frequency slice "
             "(geometric mean over fields of the training count of the "
             f"example's ids, OOV ids 0): < {rare} rare, < {frequent} medium, "

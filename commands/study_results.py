@@ -40,6 +40,10 @@ COLUMNS = (
     tuple(f"{kind}_{b}" for b in BUCKETS for kind in ("auc", "examples")) +
     ("bias_constraints",) + _REPLICA_COLUMNS + _LAST_EPOCH_COLUMNS +
     _BASELINE_COLUMNS + DISTILLATION_COLUMNS)
+# bias_constraints: the constrained slices of a run trained with the bias
+# constraints, since removed (docs/production_calibration.md). New rows
+# leave it empty; it stays so that studies written before stay appendable
+# and a constrained row never stands in for a new run (same_training).
 # Columns a study.csv written before they existed may lack (read as "").
 _OPTIONAL_COLUMNS = (("bias_constraints",) + _REPLICA_COLUMNS +
                      _LAST_EPOCH_COLUMNS + _BASELINE_COLUMNS +

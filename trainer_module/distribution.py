@@ -195,16 +195,6 @@ def gather_columns(values: Sequence[tf.Tensor]) -> List[tf.Tensor]:
           for v, start, width in zip(values, starts, widths)]
 
 
-def local_rows(global_values: tf.Tensor, local_size: tf.Tensor) -> tf.Tensor:
-  """This replica's rows of a gathered tensor (gather_columns's order)."""
-  context = _context()
-  if context is None:
-    return global_values
-  sizes = context.all_gather(tf.reshape(local_size, [1]), axis=0)
-  start = tf.reduce_sum(sizes[:context.replica_id_in_sync_group])
-  return global_values[start:start + local_size]
-
-
 def replica_logs(logs):
   """A step's logs as Keras 3.6 can reduce them over the replicas.
 

@@ -56,10 +56,6 @@ DEFAULT_TRIALS = 10
 ACTIVATIONS = ("relu", "smelu")
 DEFAULT_ACTIVATION = "relu"
 DEFAULT_SMELU_BETA = 1.0
-# Bias constraints (trainer_module.bias_constraints): the reserved slice name
-# of the predicted-CTR buckets, and the multipliers' gradient-ascent step.
-PREDICTED_CTR = "predicted_ctr"
-DEFAULT_BIAS_CONSTRAINT_LR = 1.0
 # What the exported model serves when trained as replicas (TrainerSettings.
 # replicas > 1): the mean of the replicas' probabilities (a self-ensemble),
 # or replica 0 alone.
@@ -192,10 +188,6 @@ class StepOptions:
     cowclip: clip the deep embedding gradients with CowClip.
     cowclip_variant: CowClip's threshold formula, one of COWCLIP_VARIANTS.
     embedding_update: one of EMBEDDING_UPDATES.
-    bias_constraints: slices whose per-bucket calibration bias the training
-      objective constrains (categorical features, or PREDICTED_CTR); () for
-      none. The logistic-regression baseline is trained without them.
-    bias_constraint_lr: the constraint multipliers' gradient-ascent step.
     dense_optimizer: one of DENSE_OPTIMIZERS.
     precondition_every: Shampoo's steps between preconditioner updates.
     rank_loss_weight: w >= 0: the objective adds w times the batch's
@@ -211,14 +203,6 @@ class StepOptions:
       DEFAULT_EMBEDDING_UPDATE, "dense: L2 and Adam on every row every step "
       "(the paper); sparse: only rows of ids in the batch",
       choices=EMBEDDING_UPDATES)
-  bias_constraints: Tuple[str, ...] = options.option(
-      (), "constrain the calibration bias (label - prediction) of every "
-      "bucket of these slices in training: categorical features (top ids + "
-      f"other) or '{PREDICTED_CTR}' (batch deciles)", parse=_NAMES,
-      metavar="F1,F2")
-  bias_constraint_lr: float = options.option(
-      DEFAULT_BIAS_CONSTRAINT_LR, "gradient-ascent step of the constraints' "
-      "multipliers")
   dense_optimizer: str = options.option(
       "adam", "optimizer of the dense and cross layers: adam, or shampoo "
       "(second order, its step size grafted from Adam's, so the learning "
@@ -233,13 +217,7 @@ class StepOptions:
       metavar="W")
 
   def __post_init__(self):
-    object.__setattr__(self, "bias_constraints",
-                       tuple(self.bias_constraints))
     options.check_choices(self)
-    if len(set(self.bias_constraints)) < len(self.bias_constraints):
-      raise ValueError(f"bias constraints {list(self.bias_constraints)}: "
-                       "each at most once")
-    _check_positive_number("bias_constraint_lr", self.bias_constraint_lr)
     check_positive_int("precondition_every", self.precondition_every)
     if (isinstance(self.rank_loss_weight, bool) or
         not isinstance(self.rank_loss_weight, numbers.Real) or
@@ -397,12 +375,6 @@ class TrainerSettings:
                        f"got {self.frequency_thresholds}")
     _check_positive_number("negative_sampling_rate",
                            self.negative_sampling_rate, at_most=1)
-    allowed = (PREDICTED_CTR,) + spec.categorical_features
-    unknown = [f for f in self.step.bias_constraints if f not in allowed]
-    if unknown:
-      raise ValueError(f"bias constraints {list(self.step.bias_constraints)}:"
-                       f" each must be '{PREDICTED_CTR}' or a categorical "
-                       f"feature of {self.dataset}; unknown {unknown}")
     if self.distill and self.replicas < 2:
       raise ValueError("distill (--distill) needs an ensemble to distil: "
                        f"replicas >= 2, got {self.replicas}")

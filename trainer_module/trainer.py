@@ -156,8 +156,6 @@ def train(settings: TrainerSettings, data: TrainingData,
                     callbacks_lib.EARLY_STOPPING_PATIENCE))
   if data.negative_sampling:
     record["negative_sampling"] = dict(data.negative_sampling)
-  if model.bias_constraints is not None:
-    record["bias_multipliers"] = model.bias_constraints.values()
   return model, record
 
 

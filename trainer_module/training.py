@@ -26,10 +26,6 @@ CowClip paper and its reference implementation (bytedance/LargeBatchCTR) do:
   that is the whole table's clip). Wide tables and dense weights are not
   clipped. Both updates work on one row per distinct id (see
   CowClipTrainer.table_gradients) and the dense one applies a fused Adam.
-* With TrainingConfig.bias_constraints, the objective the weights descend
-  adds the Lagrangian term of per-bucket calibration-bias constraints
-  (bias_constraints.py, the paper's §7); its multipliers ascend it after
-  each step. The tracked loss and logloss stay the ones below.
 * Tracked metrics: ``loss`` (the objective above), ``logloss`` (its BCE part,
   the CTR metric) and ``auc``, the same in train_step and test_step. (A
   custom Keras 3 train_step has to track its loss itself.) With CowClip on,
@@ -68,7 +64,6 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from trainer_module import bias_constraints as bias_constraints_lib
 from trainer_module import callbacks as callbacks_lib
 from trainer_module import cowclip
 from trainer_module import distribution
@@ -147,7 +142,6 @@ class CowClipTrainer:
     self.clipped_tracker = keras.metrics.Mean(name="clipped_fraction")
     self.training_config = None
     self.embedding_optimizer = None
-    self.bias_constraints = None  # compile_model sets it when asked.
     self.distillation = None  # distill_from sets it.
 
   @property
@@ -353,16 +347,8 @@ class CowClipTrainer:
       if config.step.rank_loss_weight:
         objective += config.step.rank_loss_weight * _rank_loss(
             labels, logits, weights, self.optimizer.iterations)
-      if self.bias_constraints is not None:
-        constraint, residuals = self.bias_constraints.term(
-            labels, logits,
-            self.bias_constraints.buckets(self, features, logits), weights,
-            total)
-        objective += constraint
     # The L2 term's gradient (2 * l2 * W) is added per row, not taped.
     gradients = tape.gradient(objective, tables + dense)
-    if self.bias_constraints is not None:
-      self.bias_constraints.ascend(distribution.global_sum(residuals))
     field_ids, table_data_gradients, global_weights = (
         self._global_table_gradients(
             [self.field_ids(features, field) for field, _, _ in
@@ -501,9 +487,6 @@ def compile_model(model: CowClipTrainer, config: TrainingConfig) -> None:
   model.embedding_optimizer = embedding_optimizer
   model.training_config = config
   model.distillation = None
-  model.bias_constraints = (bias_constraints_lib.BiasConstraints(
-      config.step.bias_constraints, config.step.bias_constraint_lr)
-                            if config.step.bias_constraints else None)
 
 
 def recalibrate_bias(model: CowClipTrainer, data: tf.data.Dataset) -> float:

@@ -52,8 +52,6 @@ SAMPLES = {
     "cowclip": (None, False),
     "cowclip_variant": ("reference", "reference"),
     "embedding_update": ("sparse", "sparse"),
-    "bias_constraints": ("C1,predicted_ctr", ("C1", "predicted_ctr")),
-    "bias_constraint_lr": ("0.5", 0.5),
     "dense_optimizer": ("shampoo", "shampoo"),
     "precondition_every": ("5", 5),
     "rank_loss_weight": ("0.5", 0.5),

@@ -204,8 +204,7 @@ def test_run_page_says_what_the_production_options_did(tmp_path):
   training = {**TRAINING, "model_options": {"activation": "smelu",
                                             "smelu_beta": 0.5},
               "negative_sampling": {"rate": 0.25, "non_click_weight": 4.0,
-                                    "warning": "one non-click outweighs"},
-              "bias_multipliers": {"predicted_ctr": [-0.5, 0.0, 0.25]}}
+                                    "warning": "one non-click outweighs"}}
   page = open(report.write_run_page(_summary(str(tmp_path),
                                              training=training)),
               encoding="utf-8").read()
@@ -213,7 +212,6 @@ def test_run_page_says_what_the_production_options_did(tmp_path):
   assert "SmeLU, beta 0.5" in page
   assert ("non-clicks kept with probability 0.25, weighted 4; WARNING: one "
           "non-click outweighs") in page
-  assert "3 buckets, final multipliers -0.5 to +0.25" in page
   plain = open(report.write_run_page(_summary(str(tmp_path / "plain"))),
                encoding="utf-8").read()
   assert "Production options" not in plain

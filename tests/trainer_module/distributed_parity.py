@@ -42,9 +42,6 @@ CASES = {
                                  "cowclip": False}, False),
     "dense-weighted": ("deepfm", {}, True),
     "sparse-weighted": ("deepfm", {"embedding_update": "sparse"}, True),
-    "bias-constraints": ("deepfm", {"bias_constraints": ("a",
-                                                         "predicted_ctr")},
-                         True),
     "dcnv2-sparse": ("dcnv2", {"embedding_update": "sparse"}, False),
     "lr-baseline": ("lr", {"cowclip": False}, False),
 }
@@ -78,9 +75,6 @@ def _train(strategy, architecture, fields, weighted):
   data = _data(weighted).batch(BATCH)
   history = model.fit(data, validation_data=data, epochs=1, verbose=0)
   weights = {v.path: np.asarray(v.numpy()) for v in model.weights}
-  if model.bias_constraints is not None:
-    weights.update({f"multipliers/{k}": np.asarray(v) for k, v in
-                    model.bias_constraints.values().items()})
   logs = {k: float(v[0]) for k, v in history.history.items()}
   logs["update"] = max(float(np.max(np.abs(weights[k] - initial[k])))
                        for k in initial if "iteration" not in k)

@@ -21,8 +21,7 @@ import test_gpu_kernels as kernels
 CASES = {
     "dense": ({}, False),
     "sparse": ({"embedding_update": "sparse"}, False),
-    "sparse-weighted": ({"embedding_update": "sparse",
-                         "bias_constraints": ("a", "predicted_ctr")}, True),
+    "sparse-weighted": ({"embedding_update": "sparse"}, True),
 }
 
 

@@ -23,7 +23,7 @@ def parity():
 CASES = ("dense-cowclip-paper", "sparse-cowclip-paper",
          "dense-cowclip-reference", "sparse-cowclip-reference",
          "dense-noclip", "sparse-noclip", "dense-weighted", "sparse-weighted",
-         "bias-constraints", "dcnv2-sparse", "lr-baseline")
+         "dcnv2-sparse", "lr-baseline")
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -42,8 +42,7 @@ def test_two_replicas_make_the_one_device_update(parity, case):
       result["metric_difference"])
 
 
-MULTI_WORKER_CASES = ("sparse-cowclip-paper", "dense-weighted",
-                      "bias-constraints")
+MULTI_WORKER_CASES = ("sparse-cowclip-paper", "dense-weighted")
 
 
 def test_two_workers_make_the_one_device_update():

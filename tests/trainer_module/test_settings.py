@@ -22,7 +22,7 @@ def test_round_trip_through_json_custom_config():
       dataset="criteo", model="dcnv2", batch_size=4096, epochs=3,
       scaling_rule="sqrt", hparams={"r": 2.0}, auto_hparams=False,
       step={"cowclip": False, "embedding_update": "sparse",
-            "cowclip_variant": "reference", "bias_constraints": ["C1"]},
+            "cowclip_variant": "reference"},
       model_options={"hidden_units": [64, 32], "dcnv2_low_rank": 8},
       frequency_field="C6", frequency_thresholds=[10, 1000], seed=7)
   config = json.loads(json.dumps(trainer.to_custom_config()))
