@@ -351,9 +351,10 @@ def test_a_run_past_its_best_epoch_is_also_evaluated_at_its_last(
   evaluated beside it (last_* columns), its bias refitted the same way."""
   monkeypatch.setattr(
       callbacks_lib, "early_stopping",
-      lambda patience=callbacks_lib.EARLY_STOPPING_PATIENCE: _FirstEpochBest(
-          monitor="val_logloss", mode="min", patience=patience,
-          restore_best_weights=True))
+      lambda patience=callbacks_lib.EARLY_STOPPING_PATIENCE,
+      monitor=callbacks_lib.EARLY_STOPPING_MONITOR, min_delta=0.0:
+      _FirstEpochBest(monitor=monitor, mode="min", patience=patience,
+                      min_delta=min_delta, restore_best_weights=True))
   data = tmp_path / "data"
   generate.write_synthetic("criteo", 3000, 1, str(data / "train.txt"))
   out = tmp_path / "study"
