@@ -180,12 +180,13 @@ def build_and_compile(settings: TrainerSettings, tuned: Mapping[str, Any],
 
 def check_training_fits(vocab_sizes: Mapping[str, int], embedding_dim: int,
                         batch_size: int, train_examples: int,
-                        available_bytes: int, replicas: int = 1) -> str:
+                        available_bytes: int, models: int = 1) -> str:
   """Fails before training when the batch or the tables cannot fit.
 
   Returns a one-line summary of the table sizes for the log. The estimate
   counts the deep (d) and wide (1) tables with Adam's two moments, float32,
-  once per replica (run_fn holds every replica until the export).
+  once per model held at once (`models`: run_fn holds every replica until
+  the export, and with --distill the student beside them).
   """
   if train_examples <= 0:
     raise ValueError("the training split is empty: nothing to train on")
@@ -194,11 +195,11 @@ def check_training_fits(vocab_sizes: Mapping[str, int], embedding_dim: int,
                      f"{train_examples} training examples: lower --batch-size "
                      "or give more data")
   rows = sum(vocab_sizes.values())
-  table_bytes = rows * (embedding_dim + 1) * 4 * 3 * replicas
+  table_bytes = rows * (embedding_dim + 1) * 4 * 3 * models
   summary = (f"{len(vocab_sizes)} embedding tables, {rows:,} rows (each with "
              f"{features.NUM_OOV_BUCKETS} OOV bucket), ~{table_bytes / 2**20:,.0f}"
              " MiB with Adam state"
-             + (f" for {replicas} replicas" if replicas > 1 else ""))
+             + (f" for {models} models" if models > 1 else ""))
   if table_bytes > available_bytes:
     raise ValueError(f"{summary}: more than the {available_bytes / 2**20:,.0f}"
                      " MiB of free memory; raise --min-frequency to shrink "

@@ -387,7 +387,7 @@ def run_fn(fn_args) -> None:
       preprocessing.vocabulary_sizes(tf_transform_output, settings.spec),
       model_options(settings, tuned).embedding_dim, batch_size,
       data.train_examples, psutil.virtual_memory().available,
-      settings.replicas))
+      settings.replicas + int(settings.distill)))
   replicas, record = train_replicas(
       settings, data, fn_args.train_files, tf_transform_output, tuned,
       fn_args.model_run_dir, seed=settings.seed)

@@ -64,14 +64,14 @@ def test_check_training_fits_reports_sizes_and_refuses_what_cannot_fit():
     model_building.check_training_fits({"C1": 10**9}, 10, 512, 10_000, 2**30)
   with pytest.raises(ValueError, match="training split is empty"):
     model_building.check_training_fits(sizes, 10, 512, 0, 2**30)
-  # Tables of 1,012 rows x 11 floats x 3 (Adam): 133,584 bytes per replica;
-  # run_fn holds every replica at once.
+  # Tables of 1,012 rows x 11 floats x 3 (Adam): 133,584 bytes per model;
+  # run_fn holds every replica at once (and a distilled student with them).
   one = 1012 * 11 * 4 * 3
-  assert "for 2 replicas" in model_building.check_training_fits(
-      sizes, 10, 512, 10_000, 2 * one, replicas=2)
-  with pytest.raises(ValueError, match="for 3 replicas"):
+  assert "for 2 models" in model_building.check_training_fits(
+      sizes, 10, 512, 10_000, 2 * one, models=2)
+  with pytest.raises(ValueError, match="for 3 models"):
     model_building.check_training_fits(sizes, 10, 512, 10_000, 2 * one,
-                                       replicas=3)
+                                       models=3)
 
 
 def test_label_stats_counts_examples_and_clicks(tmp_path):
