@@ -254,8 +254,7 @@ def test_model_serves_its_logistic_regression_baseline_and_early_stops(
       examples=tf.constant(serialized))
   lr = outputs[contract.LR_OUTPUT].numpy().ravel()
   assert np.all((lr > 0) & (lr < 1)) and roc_auc_score(labels, lr) > 0.6
-  with open(os.path.join(model_dir, contract.TRAINING_RECORD)) as f:
-    record = json.load(f)
+  record = _record(output)
   assert 1 <= record["best_epoch"] <= record["epochs_run"] <= 2
   assert record["validation_examples"] > 0
   assert record["logistic_regression"]["best_epoch"] >= 1
@@ -281,8 +280,7 @@ def test_production_practice_options_reach_model_record_gate_and_report(
   serialized, _ = _raw_examples(dataset, data)
   outputs = tf.saved_model.load(model_dir).signatures["serving_default"](
       examples=tf.constant(serialized))
-  with open(os.path.join(model_dir, contract.TRAINING_RECORD)) as f:
-    record = json.load(f)
+  record = _record(output)
   replicas = [outputs[contract.replica_output(i)].numpy() for i in (0, 1)]
   # The replicas' mean, or the logistic regression when it ranked better
   # on the validation slice (trainer.choose_served; the gate then judges it).
@@ -319,8 +317,7 @@ def test_factory_floor_techniques_reach_the_model_and_its_record(
   outputs = tf.saved_model.load(model_dir).signatures["serving_default"](
       examples=tf.constant(serialized))
   assert contract.replica_output(0) not in outputs
-  with open(os.path.join(model_dir, contract.TRAINING_RECORD)) as f:
-    record = json.load(f)
+  record = _record(output)
   assert record["model_options"] and record["scaled"]
   distilled = record["distillation"]
   assert 0.5 < distilled["student_auc"] <= 1
