@@ -224,6 +224,8 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
              trained["epochs_run"],
              epoch_seconds=data.train_examples / rate, diverged=False,
              final_train_loss=float(history["loss"][-1]),
+             validation_logloss_by_epoch=_by_epoch(history, "val_logloss"),
+             validation_auc_by_epoch=_by_epoch(history, "val_auc"),
              clipped_fraction=statistics.mean(clipped) if clipped else "",
              **{k: trained["distillation"][k] for k in
                 study_results.DISTILLATION_COLUMNS
@@ -254,6 +256,11 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
     last = {}
   row.update(last)
   return row
+
+
+def _by_epoch(history: Mapping[str, Sequence[float]], metric: str) -> str:
+  """A Keras history curve as a study.csv cell (space-separated)."""
+  return " ".join(f"{v:.6f}" for v in history.get(metric, ()))
 
 
 def _training_signature(row: Mapping[str, object]) -> Tuple:

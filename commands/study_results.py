@@ -8,7 +8,7 @@ import csv
 import math
 import os
 import statistics
-from typing import Dict, Iterable, List, Mapping, Sequence, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from matplotlib.figure import Figure
 import numpy as np
@@ -29,6 +29,9 @@ _BASELINE_COLUMNS = ("lr_auc", "lr_logloss")
 # (trainer.compare_with_ensemble).
 DISTILLATION_COLUMNS = ("student_auc", "ensemble_auc", "replica_auc",
                         "student_pd_vs_ensemble")
+# The validation slice's log loss and AUC after each epoch run (replica 0's
+# with --replicas; space-separated): what steps_to_logloss reads.
+_EPOCH_COLUMNS = ("validation_logloss_by_epoch", "validation_auc_by_epoch")
 COLUMNS = (
     ("run", "model", "rule", "cowclip", "batch_size", "seed", "epochs",
      "epochs_run", "best_epoch",
@@ -39,7 +42,7 @@ COLUMNS = (
      "mean_prediction", "mean_label", "calibration") +
     tuple(f"{kind}_{b}" for b in BUCKETS for kind in ("auc", "examples")) +
     ("bias_constraints",) + _REPLICA_COLUMNS + _LAST_EPOCH_COLUMNS +
-    _BASELINE_COLUMNS + DISTILLATION_COLUMNS)
+    _BASELINE_COLUMNS + DISTILLATION_COLUMNS + _EPOCH_COLUMNS)
 # bias_constraints: the constrained slices of a run trained with the bias
 # constraints, since removed (docs/production_calibration.md). New rows
 # leave it empty; it stays so that studies written before stay appendable
@@ -47,9 +50,9 @@ COLUMNS = (
 # Columns a study.csv written before they existed may lack (read as "").
 _OPTIONAL_COLUMNS = (("bias_constraints",) + _REPLICA_COLUMNS +
                      _LAST_EPOCH_COLUMNS + _BASELINE_COLUMNS +
-                     DISTILLATION_COLUMNS)
+                     DISTILLATION_COLUMNS + _EPOCH_COLUMNS)
 _TEXT_COLUMNS = ("run", "model", "rule", "embedding_update",
-                 "bias_constraints", "push", "replica_aucs")
+                 "bias_constraints", "push", "replica_aucs") + _EPOCH_COLUMNS
 _BOOL_COLUMNS = ("cowclip", "diverged")
 
 
@@ -91,6 +94,24 @@ def read_rows(path: str) -> List[Dict[str, object]]:
                              f"not a number: {value!r}") from None
       rows.append(row)
   return rows
+
+
+def epoch_values(row: Mapping[str, object], column: str) -> List[float]:
+  """A per-epoch column (_EPOCH_COLUMNS) as numbers, epoch 1 first."""
+  return [float(v) for v in str(row.get(column) or "").split()]
+
+
+def steps_to_logloss(row: Mapping[str, object], target: float
+                     ) -> Optional[int]:
+  """The training steps after which the run's validation log loss was first
+  at or below `target` (a whole number of epochs: validation runs after
+  each one); None if it never was."""
+  losses = epoch_values(row, "validation_logloss_by_epoch")
+  steps_per_epoch = row["steps"] / row["epochs_run"]
+  for epoch, loss in enumerate(losses, start=1):
+    if loss <= target:
+      return round(epoch * steps_per_epoch)
+  return None
 
 
 def append_row(path: str, row: Mapping[str, object]) -> None:

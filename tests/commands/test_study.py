@@ -257,6 +257,21 @@ def test_csv_round_trip_and_bad_values(tmp_path):
     study_results.read_rows(path)
 
 
+def test_steps_to_logloss_counts_whole_epochs_up_to_the_first_reaching_it(
+    tmp_path):
+  path = str(tmp_path / "study.csv")
+  study_results.append_row(path, dict(
+      _row("none", 1024, 1, 0.75), steps=300, epochs_run=3,
+      validation_logloss_by_epoch="0.47 0.46 0.465",
+      validation_auc_by_epoch="0.70 0.72 0.71"))
+  (row,) = study_results.read_rows(path)
+  assert study_results.epoch_values(row, "validation_auc_by_epoch") == [
+      0.70, 0.72, 0.71]
+  assert study_results.steps_to_logloss(row, 0.47) == 100
+  assert study_results.steps_to_logloss(row, 0.465) == 200
+  assert study_results.steps_to_logloss(row, 0.4599) is None
+
+
 def test_appending_to_a_csv_without_the_optional_columns_adds_them(tmp_path):
   """A study.csv from before bias_constraints existed keeps its rows, and the
   new row's value lands under its own header."""
@@ -367,6 +382,12 @@ def test_a_run_past_its_best_epoch_is_also_evaluated_at_its_last(
   for kept, last in (("auc", "last_auc"), ("logloss", "last_logloss")):
     assert 0 < row[last] and row[last] != row[kept]
   assert 0.9 < row["last_calibration"] < 1.1
+  losses = study_results.epoch_values(row, "validation_logloss_by_epoch")
+  aucs = study_results.epoch_values(row, "validation_auc_by_epoch")
+  assert len(losses) == len(aucs) == row["epochs_run"]
+  assert all(0 < v for v in losses) and all(0 < v < 1 for v in aucs)
+  assert study_results.steps_to_logloss(row, losses[0]) == row["steps"] / (
+      row["epochs_run"])
   run_dir = out / "runs" / "deepfm-none-noclip-b256-s7"
   assert (run_dir / "serving_last").is_dir() and (run_dir / "tfma_last").is_dir()
 
