@@ -127,8 +127,8 @@ def build_and_compile(settings: TrainerSettings, tuned: Mapping[str, Any],
       dense embedding updates (every row feels the L2 at every step, as in
       the objective the L2 is chosen for; its tables are 1 wide, so that is
       cheap) and Adam, without CowClip (it clips deep embeddings, which the
-      baseline has none of), bias constraints or a ranking loss: the
-      default StepOptions but CowClip.
+      baseline has none of) or a ranking loss: the default
+      StepOptions but CowClip.
     vocab_scale: tables this many times larger than the vocabularies (the
       benchmark's step cost against table size; the ids still index the
       first rows). 1 everywhere else.

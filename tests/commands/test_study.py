@@ -2,6 +2,7 @@
 
 import csv
 import dataclasses
+import json
 import math
 import os
 
@@ -17,6 +18,7 @@ from commands import study_results
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_eval_config
 from trainer_module import callbacks as callbacks_lib
+from trainer_module import trainer
 
 
 def test_cowclip_is_on_exactly_for_the_cowclip_rule():
@@ -390,6 +392,29 @@ def test_a_run_past_its_best_epoch_is_also_evaluated_at_its_last(
       row["epochs_run"])
   run_dir = out / "runs" / "deepfm-none-noclip-b256-s7"
   assert (run_dir / "serving_last").is_dir() and (run_dir / "tfma_last").is_dir()
+
+
+def test_a_resumed_study_serves_the_baseline_its_dir_keeps(tmp_path,
+                                                          monkeypatch):
+  data = tmp_path / "data"
+  generate.write_synthetic("criteo", 3000, 1, str(data / "train.txt"))
+  out = tmp_path / "study"
+  argv = ["study", "--dataset", "criteo", "--data", str(data), "--output",
+          str(out), "--batch-sizes", "256", "--rules", "none", "--epochs", "1",
+          "--hidden-units", "16", "--min-frequency", "3", "--seeds"]
+  assert cli.main(argv + ["7"]) == 0
+  assert (out / study.BASELINE_WEIGHTS).stat().st_size > 0
+  assert json.loads((out / study.BASELINE_RECORD).read_text())["l2"] > 0
+
+  def no_search(*args, **kwargs):
+    raise AssertionError("the baseline was searched again")
+
+  monkeypatch.setattr(trainer, "train_baseline", no_search)
+  assert cli.main(argv + ["8"]) == 0
+  first, resumed = study_results.read_rows(str(out / "study.csv"))
+  assert resumed["seed"] == 8
+  assert (resumed["lr_auc"], resumed["lr_logloss"]) == (first["lr_auc"],
+                                                        first["lr_logloss"])
 
 
 def test_study_command_trains_every_run_and_resumes(tmp_path, capsys):
