@@ -35,7 +35,7 @@ def _steps(row, target):
     return "not reached"
   losses = study_results.epoch_values(row, "validation_logloss_by_epoch")
   per_epoch = row["steps"] / row["epochs_run"]
-  epoch = round(steps / per_epoch)
+  epoch = next(e for e, loss in enumerate(losses, 1) if loss <= target)
   if epoch == 1:
     return str(steps)
   before, after = losses[epoch - 2], losses[epoch - 1]
