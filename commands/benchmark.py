@@ -316,12 +316,14 @@ def time_training_step(model_name: str, spec: features.DatasetSpec,
                        data: TransformedData, case: BenchmarkCase,
                        options: models.ModelOptions, warmup_steps: int,
                        steps: int, matmul_peak: Optional[float] = None,
-                       components: bool = True) -> Dict[str, object]:
+                       components: bool = True,
+                       callbacks: Sequence[object] = ()) -> Dict[str, object]:
   """Times ``steps`` training steps of one case after ``warmup_steps``,
   through trainer.train (see the module doc).
 
   With ``components``, the step's parts are then timed alone (min(steps,
-  10) repeats each) and reported as shares of the step.
+  10) repeats each) and reported as shares of the step. ``callbacks`` join
+  the fit's step timer (docs/step_profile.py traces a few steps).
   """
   if warmup_steps < 1 or steps < 1:
     raise ValueError(f"warmup_steps and steps must be >= 1, got "
@@ -347,7 +349,7 @@ def time_training_step(model_name: str, spec: features.DatasetSpec,
       trainer_settings,
       dataclasses.replace(split, train=train.repeat()),
       data.tf_transform_output, seed=0, epoch_steps=warmup_steps + steps,
-      vocab_scale=case.vocab_scale, callbacks=[clock], verbose=0)
+      vocab_scale=case.vocab_scale, callbacks=[clock, *callbacks], verbose=0)
   step = clock.timed_seconds / clock.timed_steps
   cpu_step = clock.timed_cpu_seconds / clock.timed_steps
   rate = clock.timed_steps * case.batch_size / clock.timed_seconds

@@ -3,6 +3,7 @@
 import argparse
 import csv
 
+import keras
 import numpy as np
 import pytest
 
@@ -131,3 +132,23 @@ def test_benchmark_command_writes_positive_rates(criteo_file, work_dir,
   small = {int(r["vocab_rows"]) for r in rows if r["vocab_scale"] == "1"}
   large = {int(r["vocab_rows"]) for r in rows if r["vocab_scale"] == "3"}
   assert len(small) == 1 and large == {3 * small.pop()}
+
+
+def test_a_timed_case_runs_the_callbacks_it_is_given(criteo_file, work_dir):
+  """Extra callbacks (docs/step_profile.py's profiler) see every step of
+  the timed fit, warm-up included, beside the step timer."""
+  class CountSteps(keras.callbacks.Callback):
+    steps = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+      CountSteps.steps += 1
+
+  data = benchmark.transform(features.CRITEO, str(criteo_file), MIN_FREQUENCY,
+                             str(work_dir / "pipeline"))
+  result = benchmark.time_training_step(
+      "deepfm", features.CRITEO, data,
+      benchmark.BenchmarkCase(64, "dense", True, input="fixed"),
+      models.ModelOptions(hidden_units=(16,)), warmup_steps=1, steps=2,
+      components=False, callbacks=[CountSteps()])
+  assert CountSteps.steps == 3
+  assert result["steps"] == 2 and result["examples_per_second"] > 0
