@@ -88,7 +88,7 @@ def main() -> None:
       callbacks=[TraceSteps(logdir)])
   steps = LAST_TRACED - FIRST_TRACED + 1
   print(f"{result['examples_per_second']:,.0f} examples/s, "
-        f"{result['seconds_per_step'] * 1e3:.1f} ms a step (5 traced)")
+        f"{result['seconds_per_step'] * 1e3:.1f} ms a step ({steps} traced)")
   by_type, by_name = op_seconds(logdir)
   total = sum(by_type.values())
   print(f"traced ops: {total / steps * 1e3:.1f} ms a step, summed over "

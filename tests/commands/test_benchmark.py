@@ -138,10 +138,15 @@ def test_a_timed_case_runs_the_callbacks_it_is_given(criteo_file, work_dir):
   """Extra callbacks (docs/step_profile.py's profiler) see every step of
   the timed fit, warm-up included, beside the step timer."""
   class CountSteps(keras.callbacks.Callback):
-    steps = 0
+
+    def __init__(self):
+      super().__init__()
+      self.steps = 0
 
     def on_train_batch_end(self, batch, logs=None):
-      CountSteps.steps += 1
+      self.steps += 1
+
+  counter = CountSteps()
 
   data = benchmark.transform(features.CRITEO, str(criteo_file), MIN_FREQUENCY,
                              str(work_dir / "pipeline"))
@@ -149,6 +154,6 @@ def test_a_timed_case_runs_the_callbacks_it_is_given(criteo_file, work_dir):
       "deepfm", features.CRITEO, data,
       benchmark.BenchmarkCase(64, "dense", True, input="fixed"),
       models.ModelOptions(hidden_units=(16,)), warmup_steps=1, steps=2,
-      components=False, callbacks=[CountSteps()])
-  assert CountSteps.steps == 3
+      components=False, callbacks=[counter])
+  assert counter.steps == 3
   assert result["steps"] == 2 and result["examples_per_second"] > 0
