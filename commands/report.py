@@ -98,6 +98,8 @@ def _outcome_section(run: RunSummary) -> str:
   parts = ["<h2>Outcome</h2>",
            _paragraph(f"Pushed: {report_text.push_verdict(run)}", "verdict"),
            _paragraph(f"Baseline: {report_text.baseline_verdict(run)}")]
+  parts += [_paragraph(f"On noise: {line}", "verdict")
+            for line in report_text.noise_passes(run)]
   served = report_text.served_text(run)
   if served:
     parts.append(_paragraph(f"Served: {served}", "verdict"))
@@ -156,7 +158,8 @@ def _evaluation_sections(run: RunSummary, report_dir: str) -> List[str]:
                        "(or it could not be read, see above).")]
   parts = ["<h2>Overall metrics</h2>",
            _table(report_text.overall_header(evaluation),
-                  report_text.overall_rows(evaluation))]
+                  report_text.overall_rows(evaluation)),
+           _paragraph(report_text.INTERVALS_NOTE)]
   if evaluation.baseline_overall is not None:
     parts.append(_paragraph("Change: model minus baseline, as TFMA computed "
                             "it."))
@@ -283,14 +286,12 @@ def _training_sections(run: RunSummary, report_dir: str) -> List[str]:
           "Near 0: the clip did not act at this batch size, and the scaling "
           "rule alone set the embedding updates."))
   if "best_epoch" in record:
-    lr = record.get("logistic_regression", {})
     parts.append(_paragraph(
         f"Early stopping on the validation slice of the train split "
         f"({record.get('validation_examples', '-')} examples; the eval split "
         f"is the Evaluator's): {record['epochs_run']} epochs run, the "
-        f"weights of epoch {record['best_epoch']} kept. The "
-        f"logistic-regression baseline: {lr.get('epochs_run', '-')} epochs, "
-        f"epoch {lr.get('best_epoch', '-')} kept."))
+        f"weights of epoch {record['best_epoch']} kept. "
+        + _baseline_fit(record.get("logistic_regression", {}))))
   parts += _production_options(record)
   parts.append("<h2>Hyperparameters used</h2>")
   parts.append(_table(["setting", "value"], [
@@ -308,6 +309,18 @@ def _training_sections(run: RunSummary, report_dir: str) -> List[str]:
         f"{scaled[name]:g}" if name in scaled else "-"]
        for name in sorted(set(base) | set(scaled))]))
   return parts
+
+
+def _baseline_fit(lr: Mapping[str, Any]) -> str:
+  """How the logistic-regression baseline was fitted (trainer.
+  train_baseline's record)."""
+  if "grid" not in lr:
+    return ""
+  tried = ", ".join(f"C {g['c']:g}: {g['val_logloss']:.5f}"
+                    for g in lr["grid"])
+  return (f"The logistic-regression baseline (L-BFGS): validation log loss "
+          f"by C {tried}; C {lr['c']:g} kept and refitted on the validation "
+          f"slice too; {lr['seconds']:.1f} s in all.")
 
 
 def _tuning_section(run: RunSummary) -> List[str]:

@@ -9,6 +9,7 @@ from typing import List, Optional, Sequence
 
 from commands.report_reading import DIFF_SUFFIX
 from components import gate_metrics
+from components import gate_statistics
 from commands.report_reading import Evaluation
 from commands.report_reading import LR_PREFIX
 from commands.report_reading import Metrics
@@ -93,6 +94,22 @@ def push_verdict(run: RunSummary) -> str:
   return "no: the run did not reach the Evaluator"
 
 
+def noise_passes(run: RunSummary) -> Sequence[str]:
+  """The checks that passed on their interval alone (metadata.
+  describe_noise_passes), one line each."""
+  return run.outcome.noise_passes if run.outcome else ()
+
+
+# What every [a, b] of a metrics table is (components.gate_statistics).
+INTERVALS_NOTE = (
+    f"Every [a, b] is a {gate_statistics.CONFIDENCE:.0%} confidence "
+    "interval of the eval rows: AUC by DeLong's method, calibration (mean "
+    "prediction over mean label) by the delta method, and the paired "
+    "differences of two scores of the same rows (model minus logistic "
+    "regression, the change against the served model) by DeLong's paired "
+    "method for AUC and the paired mean for log loss.")
+
+
 def served_text(run: RunSummary) -> Optional[str]:
   """Which model the export serves, when it is not the model: the Trainer
   serves the logistic-regression baseline when it ranked better on the
@@ -175,6 +192,7 @@ def describe(run: RunSummary) -> str:
   if served:
     lines.append(f"served:    {served}")
   lines.append(f"pushed:    {push_verdict(run)}")
+  lines += [f"on noise:  {line}" for line in noise_passes(run)]
   if run.earlier:
     lines.append(f"note:      from an earlier run: {', '.join(run.earlier)}")
   lines += [f"problem:   {p}" for p in run.problems]
@@ -236,6 +254,7 @@ def headline(run: RunSummary, page: Optional[str]) -> str:
     lines += [f"not pushed: {check}" for check in outcome.failed_checks]
   else:
     lines.append(f"pushed:     {push_verdict(run)}")
+  lines += [f"on noise:   {line}" for line in noise_passes(run)]
   if run.components:
     lines.append("components: " + ", ".join(
         f"{c.node} {_component_time(c)}" for c in run.components))

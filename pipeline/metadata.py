@@ -15,7 +15,7 @@ same few questions, so they ask them here:
 """
 
 import dataclasses
-from typing import Dict, FrozenSet, Optional, Tuple
+from typing import Dict, FrozenSet, Mapping, Optional, Tuple
 
 from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2
@@ -171,6 +171,7 @@ class RunOutcome:
   model: Optional[str]
   failed_checks: Tuple[str, ...] = ()
   ingestion: Optional[str] = None
+  noise_passes: Tuple[str, ...] = ()
 
   def describe(self) -> str:
     lines = [f"metadata store:   {self.metadata_path}",
@@ -274,6 +275,94 @@ def failed_checks(evaluation_uri: str) -> Tuple[str, ...]:
   return tuple(checks)
 
 
+@dataclasses.dataclass(frozen=True)
+class GateCheck:
+  """One check of components.gate_metrics as the eval config sets it: the
+  statistic (its stem), the bound its threshold reads (LOWER or UPPER),
+  the limit, and whether it is a change against the served model."""
+  stem: str
+  bound: str
+  limit: float
+  change: bool = False
+
+
+def gate_checks(eval_config) -> Tuple[GateCheck, ...]:
+  """The gate's checks on the overall slice, from an EvalConfig."""
+  checks = []
+  for spec in eval_config.metrics_specs:
+    for metric in spec.metrics:
+      statistic = getattr(gate_metrics, metric.class_name, None)
+      if not hasattr(statistic, "STEM"):
+        continue
+      for per_slice in metric.per_slice_thresholds:
+        threshold = per_slice.threshold
+        if threshold.HasField("change_threshold"):
+          higher = (threshold.change_threshold.direction ==
+                    tfma.MetricDirection.HIGHER_IS_BETTER)
+          checks.append(GateCheck(
+              statistic.STEM, gate_metrics.UPPER if higher else
+              gate_metrics.LOWER,
+              threshold.change_threshold.absolute.value, change=True))
+        value = threshold.value_threshold
+        if value.HasField("lower_bound"):
+          checks.append(GateCheck(statistic.STEM, gate_metrics.UPPER,
+                                  value.lower_bound.value))
+        if value.HasField("upper_bound"):
+          checks.append(GateCheck(statistic.STEM, gate_metrics.LOWER,
+                                  value.upper_bound.value))
+  return tuple(checks)
+
+
+def describe_noise_passes(checks, metrics: Mapping[str, float]
+                         ) -> Tuple[str, ...]:
+  """The checks that passed on their interval alone: the point estimate is
+  beyond the limit, but the 95% interval reaches it, so the eval rows
+  cannot tell the two apart. The push goes on (the gate fails a check only
+  beyond the noise, components.gate_metrics); this says so, one line each.
+
+  `metrics`: the candidate's overall metrics by TFMA's names (changes with
+  the "_diff" suffix).
+  """
+  rows = metrics.get("example_count")
+  count = f"{rows:,.0f} eval rows" if rows else "the eval rows"
+  lines = []
+  for check in checks:
+    suffix = "_diff" if check.change else ""
+    value, low, high = (metrics.get(name + suffix) for name in (
+        check.stem, gate_metrics.bound_name(check.stem, gate_metrics.LOWER),
+        gate_metrics.bound_name(check.stem, gate_metrics.UPPER)))
+    if None in (value, low, high):
+      continue
+    # UPPER read against a minimum, LOWER against a maximum.
+    minimum = check.bound == gate_metrics.UPPER
+    if (value >= check.limit) if minimum else (value <= check.limit):
+      continue
+    if (high < check.limit) if minimum else (low > check.limit):
+      continue  # A failed check, said by failed_checks.
+    signed = check.change or check.stem == gate_metrics.AUC_OVER_LR
+    number = "{:+.4f}" if signed else "{:.4f}"
+    what = (f"{check.stem.replace('_', ' ')} vs the served model"
+            if check.change else check.stem.replace("_", " "))
+    lines.append(
+        f"{what} {number.format(value)} is "
+        f"{'below the minimum' if minimum else 'above the maximum'} "
+        f"{number.format(check.limit)}; {count} cannot tell it from the "
+        f"limit ({_CONFIDENCE} interval {number.format(low)} to "
+        f"{number.format(high)}): more eval rows would decide")
+  return tuple(lines)
+
+
+def noise_passes(evaluation_uri: str) -> Tuple[str, ...]:
+  """describe_noise_passes of an Evaluator's output (overall slice)."""
+  eval_config = eval_config_writer.load_eval_run(evaluation_uri)[0]
+  candidate = next((s.name for s in eval_config.model_specs
+                    if not s.is_baseline), "")
+  evaluation = tfma.load_eval_result(evaluation_uri,
+                                     model_name=candidate or None)
+  return describe_noise_passes(gate_checks(eval_config),
+                               _model_metrics(evaluation, ()))
+
+
 def read_outcome_at(metadata_path: str) -> RunOutcome:
   """The latest artifacts in the metadata store at `metadata_path`.
 
@@ -303,4 +392,5 @@ def read_outcome_at(metadata_path: str) -> RunOutcome:
       model=uri("Model"),
       failed_checks=(failed_checks(evaluation)
                      if evaluation and not is_pushed else ()),
-      ingestion=ingestion)
+      ingestion=ingestion,
+      noise_passes=noise_passes(evaluation) if evaluation else ())

@@ -110,45 +110,10 @@ EARLY_STOPPING_MONITOR = "val_logloss"
 EARLY_STOPPING_PATIENCE = 2
 
 
-def early_stopping(patience: int = EARLY_STOPPING_PATIENCE,
-                   monitor: str = EARLY_STOPPING_MONITOR,
-                   min_delta: float = 0.0) -> keras.callbacks.EarlyStopping:
-  """Keras' EarlyStopping on `monitor` (a loss: lower is better) that
-  restores the best epoch's weights at the end of training (Keras 3 does so
-  whether or not it stopped early); its ``best_epoch`` is 0-based."""
+def early_stopping() -> keras.callbacks.EarlyStopping:
+  """Keras' EarlyStopping on the validation log loss that restores the best
+  epoch's weights at the end of training (Keras 3 does so whether or not it
+  stopped early); its ``best_epoch`` is 0-based."""
   return keras.callbacks.EarlyStopping(
-      monitor=monitor, mode="min", patience=patience, min_delta=min_delta,
-      restore_best_weights=True)
-
-
-class HalveOnPlateau(keras.callbacks.Callback):
-  """Halves the embedding tables' learning rate after every epoch whose
-  `monitor` (the validation log loss; the training loss when there is no
-  validation) is not below the best yet by more than `min_delta`.
-
-  For the logistic-regression baseline (all its weights but the bias are
-  tables): at a constant rate Adam keeps circling the optimum of a convex
-  loss, and the weights kept are one epoch's sample of that circle, a few
-  thousandths of AUC off the optimum's on 20k rows; halving the rate when
-  the loss stops falling settles them there within early stopping's
-  patience. (Keras' ReduceLROnPlateau sets model.optimizer's rate only.)
-  """
-
-  def __init__(self, monitor: str = EARLY_STOPPING_MONITOR,
-               min_delta: float = 0.0):
-    super().__init__()
-    self.monitor = monitor
-    self.min_delta = min_delta
-    self.best = math.inf
-
-  def on_epoch_end(self, epoch, logs=None):
-    loss = (logs or {}).get(self.monitor)
-    if loss is None:
-      return
-    if loss < self.best - self.min_delta:
-      self.best = loss
-      return
-    optimizer = self.model.embedding_optimizer
-    # A MirroredVariable under a tf.distribute strategy: read as NumPy.
-    optimizer.learning_rate = float(
-        keras.ops.convert_to_numpy(optimizer.learning_rate)) / 2
+      monitor=EARLY_STOPPING_MONITOR, mode="min",
+      patience=EARLY_STOPPING_PATIENCE, restore_best_weights=True)

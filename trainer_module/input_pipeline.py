@@ -357,12 +357,6 @@ class InMemoryPart:
     return indices.map(gather, num_parallel_calls=tf.data.AUTOTUNE).prefetch(
         tf.data.AUTOTUNE)
 
-  def concatenate(self, other: "InMemoryPart") -> "InMemoryPart":
-    """This part's rows, then `other`'s (the same structure): a copy."""
-    return InMemoryPart(self.structure, tuple(
-        tf.concat([a, b], 0) for a, b in zip(self.blocks, other.blocks)),
-                        self.slots, self.rows + other.rows)
-
 
 def load_in_memory(dataset: tf.data.Dataset, rows: int) -> InMemoryPart:
   """The `rows` examples of an unshuffled make_dataset, in InMemoryPart's
@@ -527,19 +521,6 @@ def training_part(train_files: List[str],
   return make_dataset(train_files, tf_transform_output, label, batch_size,
                       shuffle=True, seed=seed, part="train", buckets=buckets,
                       negative_sampling_rate=negative_sampling_rate)
-
-
-def whole_split(data: TrainingData, batch_size: int,
-                seed: Optional[int] = None) -> tf.data.Dataset:
-  """Both parts of the split together, for a model refitted on the
-  validation slice too (the logistic-regression baseline's refit): from a
-  copy of both parts' columns, shuffled every pass (`seed`), when both are
-  held in memory; else the training part, then the slice."""
-  train, validation = data.in_memory, data.validation_in_memory
-  if train is None or validation is None:
-    return data.train.concatenate(data.validation)
-  return train.concatenate(validation).batches(batch_size, shuffle=True,
-                                               seed=seed)
 
 
 def training_data(train_files: List[str],

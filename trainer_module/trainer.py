@@ -29,6 +29,7 @@ import tensorflow_transform as tft
 from trainer_module import callbacks as callbacks_lib
 from trainer_module import contract
 from trainer_module import distribution
+from trainer_module import linear_fit
 from trainer_module import models
 from trainer_module import preprocessing
 from trainer_module import training
@@ -36,11 +37,7 @@ from trainer_module.input_pipeline import release_memory
 from trainer_module.input_pipeline import TrainingData
 from trainer_module.input_pipeline import training_data
 from trainer_module.input_pipeline import training_part
-from trainer_module.input_pipeline import whole_split
 from trainer_module.model_building import BASELINE_C_GRID
-from trainer_module.model_building import BASELINE_MAX_EPOCHS
-from trainer_module.model_building import BASELINE_PATIENCE
-from trainer_module.model_building import BASELINE_REFIT_MIN_DELTA
 from trainer_module.model_building import l2_of_c
 from trainer_module.model_building import build_and_compile
 from trainer_module.model_building import check_training_fits
@@ -49,27 +46,29 @@ from trainer_module.model_building import steps_per_epoch
 from trainer_module.serving import export_serving_model
 from trainer_module.settings import TrainerSettings
 
+# The batch the baseline's one-hot rows are gathered in from memory: any
+# size gives the same rows; a large one, fewer Python steps.
+_ONE_HOT_BATCH = 65536
+
 
 def fit(model: models.CTRModel, data: TrainingData, epochs: int,
         callbacks: Sequence[keras.callbacks.Callback] = (),
         verbose: Any = "auto", initial_epoch: int = 0,
-        epoch_steps: Optional[int] = None,
-        patience: int = callbacks_lib.EARLY_STOPPING_PATIENCE
-       ) -> Dict[str, Any]:
+        epoch_steps: Optional[int] = None) -> Dict[str, Any]:
   """Trains up to `epochs` epochs with early stopping on the validation
-  slice; the model ends with its best epoch's weights, its bias refitted on
-  that slice (training.recalibrate_bias).
+  slice; the model ends with its best epoch's weights, its bias recentred
+  (training.recalibrate_bias): its mean prediction on that slice set to the
+  training part's click rate.
 
   `initial_epoch` resumes (Hyperband's trials); `epoch_steps` caps the
   steps of an epoch (the benchmark's fixed step count; None: the whole
-  training part); `patience`: early stopping's epochs without a better
-  validation log loss.
+  training part).
 
   Returns:
     The record of the training: history (every epoch run), epochs_run and
     best_epoch (1-based) with its validation metrics, and the bias_shift.
   """
-  stopping = callbacks_lib.early_stopping(patience)
+  stopping = callbacks_lib.early_stopping()
   history = model.fit(distribution.split_by_examples(data.train),
                       validation_data=distribution.split_by_examples(
                           data.validation),
@@ -80,7 +79,8 @@ def fit(model: models.CTRModel, data: TrainingData, epochs: int,
   # Index into this fit's epochs (Hyperband resumes at initial_epoch).
   best = max(stopping.best_epoch - initial_epoch, 0)
   return {"history": curves,
-          "bias_shift": training.recalibrate_bias(model, data.validation),
+          "bias_shift": training.recalibrate_bias(model, data.validation,
+                                                  data.click_rate),
           "epochs_run": len(curves.get("loss", [])),
           "best_epoch": best + 1,
           "best": {k: vs[best] for k, vs in curves.items()
@@ -90,7 +90,6 @@ def fit(model: models.CTRModel, data: TrainingData, epochs: int,
 def train(settings: TrainerSettings, data: TrainingData,
           tf_transform_output: tft.TFTransformOutput,
           tuned: Optional[Mapping[str, Any]] = None, *,
-          baseline_l2: Optional[float] = None,
           model: Optional[models.CTRModel] = None,
           seed: Optional[int] = None,
           epochs: Optional[int] = None, initial_epoch: int = 0,
@@ -113,12 +112,6 @@ def train(settings: TrainerSettings, data: TrainingData,
       (training_data, at settings.batch_size).
     tf_transform_output: the Transform output.
     tuned: KerasTuner values (see build_and_compile); None: none.
-    baseline_l2: train the logistic-regression baseline with this L2
-      instead of settings.model (build_and_compile; `model`, if given, must
-      be that baseline), up to BASELINE_MAX_EPOCHS epochs (unless
-      `epochs`) with BASELINE_PATIENCE, its rate halved on every epoch
-      that does not improve (callbacks.HalveOnPlateau); see
-      train_baseline.
     model: a model build_and_compile already made from these settings and
       `tuned` (KerasTuner builds a trial's model before fitting it); None:
       build it here.
@@ -143,101 +136,63 @@ def train(settings: TrainerSettings, data: TrainingData,
   if model is None:
     model, record = build_and_compile(
         settings, tuned or {}, tf_transform_output, data.train_examples,
-        data.click_rate, baseline_l2, vocab_scale)
+        data.click_rate, vocab_scale=vocab_scale)
   if teachers:
     training.distill_from(model, teachers, settings.distill_label_weight)
-  baseline = baseline_l2 is not None
-  if epochs is None:
-    epochs = BASELINE_MAX_EPOCHS if baseline else settings.epochs
-  if baseline:
-    callbacks = [*callbacks, callbacks_lib.HalveOnPlateau()]
-  record.update(fit(model, data, epochs, callbacks, verbose, initial_epoch,
-                    epoch_steps, BASELINE_PATIENCE if baseline else
-                    callbacks_lib.EARLY_STOPPING_PATIENCE))
+  record.update(fit(model, data, settings.epochs if epochs is None else
+                    epochs, callbacks, verbose, initial_epoch, epoch_steps))
   if data.negative_sampling:
     record["negative_sampling"] = dict(data.negative_sampling)
   return model, record
 
 
 def train_baseline(settings: TrainerSettings, data: TrainingData,
-                   tf_transform_output: tft.TFTransformOutput,
-                   seed: Optional[int] = None, verbose: Any = "auto"
+                   tf_transform_output: tft.TFTransformOutput
                   ) -> Tuple[models.CTRModel, Dict[str, Any]]:
-  """The logistic-regression baseline, fitted as such (issue #32).
+  """The logistic-regression baseline, fitted as such (issues #32, #42).
 
-  One fit per L2 of BASELINE_C_GRID, strongest first, each to convergence
-  (early stopping on the validation slice's log loss, up to
-  BASELINE_MAX_EPOCHS); the one with the lowest validation log loss is
-  kept. Each fit starts from the previous one's weights (a warm-started
-  regularisation path: a few epochs each instead of ~10 from zero), and the
-  scan stops at the first L2 worse than the one before it (the validation
-  loss along a ridge path is unimodal in practice), so the usual search is
-  2 to 4 fits of a 1-wide model, on the split as training_data holds it
-  (in memory when it fits: transformed once, not every epoch). The kept one
-  is then trained on the validation slice too (refit). `seed` seeds the
-  first fit's build and the refit's shuffle (None: unseeded).
+  The model's ids one-hot (linear_fit.one_hot_rows), fitted by scikit-
+  learn's L-BFGS along BASELINE_C_GRID, strongest first, warm-started,
+  stopping at the first C worse than the one before it on the validation
+  slice's log loss; the kept C is then refitted on the training part and
+  the validation slice together (linear_fit.fit_path). The fit is
+  deterministic: no seed.
 
-  Returns:
-    The kept model and its train() record, with "grid": [{"c", "l2",
-    "epochs_run", "best_epoch", "val_logloss"} of every L2 tried], "c"
-    and "l2" (the kept one's), "refit" (refit's record) and "seconds"
-    (wall time of the whole search and refit: the baseline's cost next
-    to the model's).
-  """
-  start, kept, grid = time.perf_counter(), None, []
-  for c in BASELINE_C_GRID:
-    l2 = l2_of_c(c, data.train_examples)
-    if kept is None:
-      model, record = train(settings, data, tf_transform_output, seed=seed,
-                            verbose=verbose, baseline_l2=l2)
-    else:
-      model, record = build_and_compile(
-          settings, {}, tf_transform_output, data.train_examples,
-          data.click_rate, l2)
-      model.set_weights(kept[0].get_weights())
-      record.update(train(settings, data, tf_transform_output, model=model,
-                          verbose=verbose, baseline_l2=l2)[1])
-    loss = record["best"][callbacks_lib.EARLY_STOPPING_MONITOR]
-    grid.append({"c": c, "l2": l2, "epochs_run": record["epochs_run"],
-                 "best_epoch": record["best_epoch"], "val_logloss": loss})
-    if kept is not None and loss >= kept[2]:
-      break
-    kept = (model, dict(record, c=c, l2=l2), loss)
-  best, best_record, _ = kept
-  best_record.update(grid=grid, refit=refit(
-      best, data, whole_split(data, settings.batch_size, seed), verbose),
-                     seconds=time.perf_counter() - start)
-  return best, best_record
-
-
-def refit(model: models.CTRModel, data: TrainingData,
-          whole: tf.data.Dataset, verbose: Any = "auto") -> Dict[str, Any]:
-  """Trains the chosen baseline on `whole`, the training part and the
-  validation slice of `data` together (input_pipeline.whole_split), to
-  convergence of its own objective (loss + L2: the L2 is its
-  regularisation, chosen already), and refits its bias.
-
-  The validation slice is a tenth of the train split, and a linear model
-  on one-hot ids still gains from every row: measured on 20k generated
-  rows, the fit on the training part alone ranked ~0.0025 AUC below
-  scikit-learn's on the whole split. Continues from the model's weights
-  and optimizer state; the training loss is an epoch's running mean, so a
-  plateau of it (improving by less than BASELINE_REFIT_MIN_DELTA: at a
-  halved rate it keeps creeping down, 55 epochs on 20k rows without one)
-  halves the rate (HalveOnPlateau) until early stopping.
+  No bias recentring afterwards: the intercept is not penalised, so at the
+  optimum the mean prediction on the rows fitted already equals their click
+  rate; recentring on the validation slice would move the whole model by
+  that slice's noise (docs/lr_baseline.md, "The baseline's calibration").
 
   Returns:
-    {"epochs_run", "loss"}: the epochs and the best epoch's training loss.
+    The fitted Keras "lr" model and its record: build_and_compile's, with
+    "best" (the kept C's validation metrics before the refit, as Keras
+    measures the model's: choose_served compares the two), "grid" [{"c",
+    "l2", "iterations", "val_logloss", "seconds"}], "c" and "l2" (the kept
+    one's), "refit" ({"iterations", "seconds"}) and "seconds" (the whole
+    fit's wall time, the one-hot rows included: the baseline's cost next to
+    the model's).
   """
-  stopping = callbacks_lib.early_stopping(
-      BASELINE_PATIENCE, "loss", BASELINE_REFIT_MIN_DELTA)
-  history = model.fit(distribution.split_by_examples(whole),
-                      epochs=BASELINE_MAX_EPOCHS, verbose=verbose,
-                      callbacks=[callbacks_lib.HalveOnPlateau(
-                          "loss", BASELINE_REFIT_MIN_DELTA), stopping]).history
-  training.recalibrate_bias(model, data.validation)
-  return {"epochs_run": len(history["loss"]),
-          "loss": float(min(history["loss"]))}
+  start = time.perf_counter()
+  model, record = build_and_compile(
+      settings, {}, tf_transform_output, data.train_examples,
+      data.click_rate, l2_of_c(BASELINE_C_GRID[0], data.train_examples))
+  train_part = (data.in_memory.batches(_ONE_HOT_BATCH, shuffle=False)
+                if data.in_memory is not None else data.train)
+  train = linear_fit.one_hot_rows(train_part, model.vocab_sizes)
+  validation = linear_fit.one_hot_rows(data.validation, model.vocab_sizes)
+  fitted = linear_fit.fit_path(train, validation, BASELINE_C_GRID)
+  del train, validation  # The one-hot rows: up to GiBs.
+  linear_fit.set_linear_weights(model, fitted["path_coef"],
+                                fitted["path_intercept"])
+  best = model.evaluate(data.validation, return_dict=True, verbose=0)
+  linear_fit.set_linear_weights(model, fitted["coef"], fitted["intercept"])
+  record.update(
+      best={f"val_{k}": float(v) for k, v in best.items()},
+      grid=[dict(g, l2=l2_of_c(g["c"], data.train_examples))
+            for g in fitted["grid"]],
+      c=fitted["c"], l2=l2_of_c(fitted["c"], data.train_examples),
+      refit=fitted["refit"], seconds=time.perf_counter() - start)
+  return model, record
 
 
 def train_replicas(settings: TrainerSettings, data: TrainingData,
@@ -391,15 +346,14 @@ def run_fn(fn_args) -> None:
   replicas, record = train_replicas(
       settings, data, fn_args.train_files, tf_transform_output, tuned,
       fn_args.model_run_dir, seed=settings.seed)
-  baseline, baseline_record = train_baseline(
-      settings, data, tf_transform_output, seed=settings.seed)
+  baseline, baseline_record = train_baseline(settings, data,
+                                             tf_transform_output)
   record.update(
       train_examples=data.train_examples,
       validation_examples=data.validation_examples,
       steps_per_epoch=steps_per_epoch(data.train_examples, batch_size),
       logistic_regression={k: baseline_record[k] for k in (
-          "history", "epochs_run", "best_epoch", "best", "scaled", "grid",
-          "c", "l2", "refit", "seconds")},
+          "best", "grid", "c", "l2", "refit", "seconds")},
       served=choose_served(settings, record, baseline_record))
   serve_baseline = record["served"]["served"] == contract.LR_OUTPUT
   logging.info("serving the %s: validation AUC %.4f (the logistic-regression "

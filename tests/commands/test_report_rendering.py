@@ -263,3 +263,44 @@ def test_comparison_of_two_hand_built_runs(tmp_path):
                  report.COMPARE_TRAINING_FIGURE):
     assert _png(os.path.join(str(tmp_path / "a"), report.REPORT_DIR,
                              figure))
+
+
+def test_a_pass_on_noise_alone_is_said_everywhere(tmp_path):
+  """Calibration 1.18 outside the band [0.9, 1.1], its interval reaching
+  into it: pushed, and the headline, the summary and the page say that
+  the eval rows could not tell (metadata.describe_noise_passes)."""
+  checks = (metadata.GateCheck("auc", "upper", 0.5),
+            metadata.GateCheck("calibration", "upper", 0.9),
+            metadata.GateCheck("calibration", "lower", 1.1),
+            metadata.GateCheck("auc_change", "upper", -0.001, change=True))
+  overall = {"example_count": 1787.0, "auc": 0.67, "auc_lower": 0.64,
+             "auc_upper": 0.70, "calibration": 1.18,
+             "calibration_lower": 1.07, "calibration_upper": 1.30,
+             "auc_change_diff": -0.004, "auc_change_lower_diff": -0.012,
+             "auc_change_upper_diff": 0.004}
+  lines = metadata.describe_noise_passes(checks, overall)
+  assert lines == (
+      "calibration 1.1800 is above the maximum 1.1000; 1,787 eval rows "
+      "cannot tell it from the limit (95% interval 1.0700 to 1.3000): more "
+      "eval rows would decide",
+      "auc change vs the served model -0.0040 is below the minimum -0.0010; "
+      "1,787 eval rows cannot tell it from the limit (95% interval -0.0120 "
+      "to +0.0040): more eval rows would decide")
+  # Beyond the noise it is a failed check, not a pass on noise; inside the
+  # band, nothing to say.
+  assert metadata.describe_noise_passes(
+      checks[1:3], {**overall, "calibration_lower": 1.12}) == ()
+  assert metadata.describe_noise_passes(
+      checks[1:3], {**overall, "calibration": 1.05}) == ()
+
+  run = _summary(str(tmp_path))
+  run = dataclasses.replace(run, outcome=dataclasses.replace(
+      run.outcome, noise_passes=lines[:1]))
+  for text, prefix in ((report_text.headline(run, None), "on noise:   "),
+                       (report_text.describe(run), "on noise:  ")):
+    assert prefix + lines[0] in text.splitlines()
+  page = report.write_run_page(run)
+  with open(page) as f:
+    content = f.read()
+  assert html.escape("On noise: " + lines[0]) in content
+  assert "is a 95% confidence interval" in content

@@ -2,16 +2,13 @@
 the validation slice of early stopping."""
 
 import dataclasses
-import types
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import raw_records
 from components.raw_example_gen import example_encoding
-from trainer_module import callbacks
 from trainer_module import input_pipeline
 from trainer_module import model_building
 from trainer_module import scaling
@@ -248,52 +245,3 @@ def test_training_data_reads_only_the_train_split(tmp_path, monkeypatch):
   assert data.click_rate == pytest.approx(
       sum(1 - r % 2 for r in train) / len(train))
   assert all("eval" not in str(f) for f in opened), opened
-
-
-def test_whole_split_is_both_parts_reshuffled_every_pass():
-  """The baseline's refit data: every row of the training part and of the
-  validation slice once per pass, in a new order every pass, the
-  importance weights kept; without the parts in memory, the training part
-  then the slice."""
-  def part(start, rows):
-    features = {"a": np.arange(start, start + rows),
-                "b": np.arange(start, start + rows) * 10}
-    labels = (np.arange(start, start + rows) % 2).astype(np.float32)
-    weights = np.full(rows, 2.0, np.float32)
-    return input_pipeline.load_in_memory(tf.data.Dataset.from_tensor_slices(
-        (features, labels, weights)).batch(16), rows)
-
-  train, validation = part(0, 40), part(40, 10)
-  data = input_pipeline.TrainingData(
-      train=train.batches(8, shuffle=True, seed=0),
-      validation=validation.batches(8, shuffle=False), train_examples=40,
-      validation_examples=10, click_rate=0.5, validation_buckets=1,
-      in_memory=train, validation_in_memory=validation)
-  whole = input_pipeline.whole_split(data, 8, seed=0)
-  epochs = [[(f, l, w) for f, l, w in whole] for _ in range(2)]
-  for epoch in epochs:
-    assert all(len(l) <= 8 for _, l, _ in epoch)
-    a = np.concatenate([f["a"].numpy() for f, _, _ in epoch])
-    assert sorted(a) == list(range(50))
-    np.testing.assert_array_equal(
-        np.concatenate([f["b"].numpy() for f, _, _ in epoch]), a * 10)
-    np.testing.assert_array_equal(
-        np.concatenate([l.numpy() for _, l, _ in epoch]), a % 2)
-    assert all((w.numpy() == 2.0).all() for _, _, w in epoch)
-  assert not np.array_equal(epochs[0][0][0]["a"], epochs[1][0][0]["a"])
-  streamed = dataclasses.replace(data, in_memory=None)
-  in_order = np.concatenate(
-      [f["a"].numpy() for f, _, _ in input_pipeline.whole_split(streamed, 8)])
-  assert sorted(in_order[:40]) == list(range(40))
-  np.testing.assert_array_equal(in_order[40:], np.arange(40, 50))
-
-
-def test_halve_on_plateau_halves_the_embedding_rate_without_progress():
-  optimizer = keras.optimizers.Adam(learning_rate=0.01)
-  halving = callbacks.HalveOnPlateau("loss", min_delta=1e-3)
-  halving.set_model(types.SimpleNamespace(embedding_optimizer=optimizer))
-  rates = []
-  for loss in (1.0, 0.9995, 0.5, 0.5, None):
-    halving.on_epoch_end(0, {} if loss is None else {"loss": loss})
-    rates.append(float(keras.ops.convert_to_numpy(optimizer.learning_rate)))
-  assert rates == pytest.approx([0.01, 0.005, 0.005, 0.0025, 0.0025])

@@ -1,0 +1,108 @@
+"""The baseline's fit (linear_fit) against NumPy: the one-hot rows, the
+optimum of our objective, the path's choice and the weights written back."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from trainer_module import linear_fit
+from trainer_module import models
+from trainer_module.model_building import l2_of_c
+
+VOCAB = {"a": 5, "b": 3}
+
+
+def _rows(seed, rows, weighted=False):
+  """(features, labels, weights) with a learnable signal in field a."""
+  rng = np.random.default_rng(seed)
+  features = {"a": rng.integers(0, VOCAB["a"], rows),
+              "b": rng.integers(0, VOCAB["b"], rows)}
+  p = 1 / (1 + np.exp(-(features["a"] - 2.0 + 0.5 * features["b"] - 0.5)))
+  labels = (rng.random(rows) < p).astype(np.float32)
+  weights = (np.where(labels > 0, 1.0, 3.0) if weighted
+             else np.ones(rows)).astype(np.float32)
+  return features, labels, weights
+
+
+def _one_hot(features, labels, weights, batch=64):
+  data = tf.data.Dataset.from_tensor_slices(
+      (features, labels, weights)).batch(batch)
+  return linear_fit.one_hot_rows(data, VOCAB)
+
+
+def test_one_hot_rows_offsets_every_field_by_the_tables_before_it():
+  features, labels, weights = _rows(0, 100)
+  rows = _one_hot(features, labels, weights, batch=7)
+  dense = rows.matrix.toarray()
+  assert dense.shape == (100, 8)
+  np.testing.assert_array_equal(dense[np.arange(100), features["a"]], 1)
+  np.testing.assert_array_equal(dense[np.arange(100), 5 + features["b"]], 1)
+  assert dense.sum() == 200
+  np.testing.assert_array_equal(rows.labels, labels)
+  np.testing.assert_array_equal(rows.weights, weights)
+  np.testing.assert_array_equal(rows.offsets, [0, 5, 8])
+
+
+def test_an_id_outside_its_vocabulary_is_named():
+  features, labels, weights = _rows(0, 10)
+  features["b"][3] = 3
+  with pytest.raises(ValueError, match="field 'b'.*vocabulary of 3"):
+    _one_hot(features, labels, weights)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_the_refit_is_the_optimum_of_our_objective(weighted):
+  """At the refit's weights the gradient of the weighted mean log loss +
+  l2 |W|^2 (our objective, l2 = l2_of_c(C, rows)) over both parts is ~0,
+  and, the bias being free, the mean prediction is the click rate."""
+  train = _one_hot(*_rows(1, 400, weighted))
+  validation = _one_hot(*_rows(2, 100, weighted))
+  fitted = linear_fit.fit_path(train, validation, (0.01, 0.1, 1.0))
+  x = np.vstack([train.matrix.toarray(), validation.matrix.toarray()])
+  y = np.concatenate([train.labels, validation.labels])
+  w = np.concatenate([train.weights, validation.weights])
+  coef, intercept = fitted["coef"], fitted["intercept"]
+  p = 1 / (1 + np.exp(-(x @ coef + intercept)))
+  # scikit-learn's C over weighted rows is our l2 over their weight sum.
+  l2 = l2_of_c(fitted["c"], w.sum())
+  gradient = x.T @ (w * (p - y)) / w.sum() + 2 * l2 * coef
+  assert np.abs(gradient).max() < 1e-4
+  assert np.average(p, weights=w) == pytest.approx(np.average(y, weights=w),
+                                                   abs=1e-4)
+  assert fitted["refit"]["iterations"] > 0
+
+
+def test_the_path_fits_the_training_part_and_chooses_by_the_slice():
+  """The path's fits do not see the validation labels (flipping them changes
+  no path weight), each C's validation log loss is the slice's, and the
+  kept C has the lowest; the path stops at the first worse C."""
+  train = _one_hot(*_rows(3, 300))
+  features, labels, weights = _rows(4, 200)
+  validation = _one_hot(features, labels, weights)
+  flipped = _one_hot(features, 1 - labels, weights)
+  grid = (0.001, 0.01, 0.1, 1.0, 10.0)
+  fitted = linear_fit.fit_path(train, validation, grid)
+  losses = [g["val_logloss"] for g in fitted["grid"]]
+  assert [g["c"] for g in fitted["grid"]] == list(grid[:len(losses)])
+  kept = losses.index(min(losses))
+  assert fitted["c"] == grid[kept]
+  assert len(losses) == len(grid) or losses[-1] >= losses[-2]
+  x = validation.matrix.toarray()
+  z = x @ fitted["path_coef"] + fitted["path_intercept"]
+  assert losses[kept] == pytest.approx(np.mean(
+      np.log1p(np.exp(z)) - validation.labels * z), rel=1e-9)
+  other = linear_fit.fit_path(train, flipped, grid[:1])
+  first = linear_fit.fit_path(train, validation, grid[:1])
+  np.testing.assert_allclose(other["path_coef"], first["path_coef"])
+
+
+def test_the_weights_written_back_give_the_model_the_linear_scores():
+  model = models.build_model(models.LOGISTIC_REGRESSION, VOCAB, ())
+  features, labels, weights = _rows(5, 50)
+  rows = _one_hot(features, labels, weights)
+  coef = np.linspace(-1, 1, 8)
+  linear_fit.set_linear_weights(model, coef, 0.25)
+  logits = np.asarray(model(features)).reshape(-1)
+  np.testing.assert_allclose(logits, rows.matrix @ coef + 0.25, atol=1e-6)
+  with pytest.raises(ValueError, match="9 one-hot weights for 8"):
+    linear_fit.set_linear_weights(model, np.zeros(9), 0.0)

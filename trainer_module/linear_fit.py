@@ -1,0 +1,160 @@
+"""The logistic-regression baseline's fit: scikit-learn's L-BFGS on one-hot ids.
+
+Why not the model's own minibatch step: the baseline is a convex problem
+(mean log loss + l2 |W|^2 over a few hundred thousand one-hot weights), and
+fitted by Adam to convergence, one L2 after another, it took as long as the
+DeepFM it guards (882 of the Trainer's 1,645 s at 2M rows, docs/
+lr_baseline.md). A full-batch quasi-Newton solver needs ~100 passes in all
+for the whole L2 path, and each pass is two sparse products (X w and X^T r)
+of one int32 index per field and row: seconds at millions of rows.
+
+The rows come from the split as the Trainer holds it (TrainingData), are
+put side by side as one CSR matrix (every field's ids offset by the
+vocabulary sizes before it), and the fitted weights are written back into
+the Keras "lr" model, which serves them as before.
+"""
+
+import dataclasses
+import time
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+
+import keras
+import numpy as np
+from scipy import sparse
+from sklearn import linear_model
+
+# scikit-learn's L-BFGS stops when the largest gradient entry of its
+# objective (the mean log loss + the penalty) is below this: 1e-5 ranks
+# within 0.0001 AUC of a 1e-8 fit on 200k-2M generated rows at a third of
+# its iterations (docs/lr_baseline.md).
+GRADIENT_TOLERANCE = 1e-5
+MAX_ITERATIONS = 1000
+
+
+@dataclasses.dataclass(frozen=True)
+class OneHotRows:
+  """The rows of a split as one-hot features.
+
+  Attributes:
+    matrix: [rows, sum of vocabulary sizes] CSR, one 1 per field and row.
+    labels: [rows] 0/1.
+    weights: [rows] sample weights (1 without negative sampling).
+    offsets: per field of `fields`, its first column.
+    fields: the fields, in the model's order.
+  """
+  matrix: sparse.csr_matrix
+  labels: np.ndarray
+  weights: np.ndarray
+  offsets: np.ndarray
+  fields: Sequence[str]
+
+
+def one_hot_rows(batches: Iterable[Any], vocab_sizes: Mapping[str, int]
+                ) -> OneHotRows:
+  """The (features, label[, weight]) batches' rows, one-hot (CSR)."""
+  fields = tuple(vocab_sizes)
+  offsets = np.cumsum([0] + [vocab_sizes[f] for f in fields])
+  columns, labels, weights = [], [], []
+  for batch in batches:
+    features, label, weight = keras.utils.unpack_x_y_sample_weight(batch)
+    ids = np.stack([np.asarray(features[f]).reshape(-1) for f in fields],
+                   axis=1).astype(np.int64)
+    sizes = offsets[1:] - offsets[:-1]
+    bad = (ids < 0) | (ids >= sizes)
+    if bad.any():
+      field = fields[int(np.argwhere(bad)[0][1])]
+      raise ValueError(f"field {field!r} holds ids outside its vocabulary "
+                       f"of {vocab_sizes[field]}")
+    columns.append((ids + offsets[:-1]).astype(np.int32))
+    labels.append(np.asarray(label, np.float64).reshape(-1))
+    weights.append(np.ones(len(labels[-1])) if weight is None
+                   else np.asarray(weight, np.float64).reshape(-1))
+  indices = np.concatenate(columns).ravel()
+  rows = len(indices) // len(fields)
+  # float64: scikit-learn's L-BFGS converts anything else to it.
+  matrix = sparse.csr_matrix(
+      (np.ones(len(indices)), indices,
+       np.arange(0, len(indices) + 1, len(fields), dtype=np.int64)),
+      shape=(rows, int(offsets[-1])))
+  return OneHotRows(matrix, np.concatenate(labels), np.concatenate(weights),
+                    offsets, fields)
+
+
+def weighted_logloss(labels: np.ndarray, logits: np.ndarray,
+                     weights: np.ndarray) -> float:
+  """The weighted mean log loss of logits (stable for large |logit|)."""
+  losses = np.logaddexp(0.0, logits) - labels * logits
+  return float(np.average(losses, weights=weights))
+
+
+def inverse_strength(l2: float, examples: float) -> float:
+  """scikit-learn's C of our l2 (l2 |W|^2 on the loss averaged over
+  `examples`): its objective C * sum(loss) + |W|^2 / 2, scaled."""
+  return 1.0 / (2.0 * l2 * examples)
+
+
+def fit_path(train: OneHotRows, validation: OneHotRows,
+             c_grid: Sequence[float]) -> Dict[str, Any]:
+  """The L2 path, strongest first, then the refit on both parts.
+
+  Both parts are fitted as one matrix: the path gives the validation rows
+  zero weight (so it fits the training part alone, and the validation
+  slice's log loss chooses C), the refit their own weight, continuing from
+  the chosen fit (the validation slice is a tenth of the split, and a linear
+  model on one-hot ids still gains from every row: docs/lr_baseline.md).
+  Each C starts from the previous one's weights, and the path stops at the
+  first C worse than the one before it (the validation loss along a ridge
+  path is unimodal in practice).
+
+  Returns:
+    {"grid": [{"c", "iterations", "val_logloss", "seconds"}], "c" (the
+    kept one), "coef" [columns] and "intercept" (the refitted weights),
+    "path_coef", "path_intercept" (the kept C's fit before the refit, what
+    the validation slice measured), "refit": {"iterations", "seconds"}.
+  """
+  both = sparse.vstack([train.matrix, validation.matrix], format="csr")
+  labels = np.concatenate([train.labels, validation.labels])
+  held_out = np.concatenate([train.weights,
+                             np.zeros_like(validation.weights)])
+  solver = linear_model.LogisticRegression(
+      solver="lbfgs", tol=GRADIENT_TOLERANCE, max_iter=MAX_ITERATIONS,
+      warm_start=True)
+  grid: List[Dict[str, Any]] = []
+  kept: Optional[Dict[str, Any]] = None
+  for c in c_grid:
+    start = time.perf_counter()
+    solver.set_params(C=c)
+    solver.fit(both, labels, sample_weight=held_out)
+    logits = validation.matrix @ solver.coef_[0] + solver.intercept_[0]
+    loss = weighted_logloss(validation.labels, logits, validation.weights)
+    grid.append({"c": c, "iterations": int(solver.n_iter_[0]),
+                 "val_logloss": loss,
+                 "seconds": time.perf_counter() - start})
+    if kept is not None and loss >= kept["val_logloss"]:
+      break
+    kept = {"c": c, "val_logloss": loss, "coef": solver.coef_[0].copy(),
+            "intercept": float(solver.intercept_[0])}
+  start = time.perf_counter()
+  solver.set_params(C=kept["c"])
+  solver.coef_[0], solver.intercept_[0] = kept["coef"], kept["intercept"]
+  solver.fit(both, labels, sample_weight=np.concatenate(
+      [train.weights, validation.weights]))
+  return {"grid": grid, "c": kept["c"], "path_coef": kept["coef"],
+          "path_intercept": kept["intercept"],
+          "coef": solver.coef_[0].copy(),
+          "intercept": float(solver.intercept_[0]),
+          "refit": {"iterations": int(solver.n_iter_[0]),
+                    "seconds": time.perf_counter() - start}}
+
+
+def set_linear_weights(model, coef: np.ndarray, intercept: float) -> None:
+  """Writes one-hot weights (one_hot_rows' columns: the model's fields in
+  order) into the "lr" model's wide tables and bias."""
+  start = 0
+  for _, _, table in model.embedding_tables():
+    end = start + table.shape[0]
+    table.assign(coef[start:end].reshape(-1, 1).astype(np.float32))
+    start = end
+  if start != len(coef):
+    raise ValueError(f"{len(coef)} one-hot weights for {start} table rows")
+  model.bias.assign(np.array([intercept], np.float32))
