@@ -188,7 +188,7 @@ def main(argv: Optional[List[str]] = None) -> int:
   except SystemExit:  # --help or a usage error: argparse has said it.
     import_output.release(sys.stderr.buffer)
     raise
-  if args.verbose or args.handler not in (_run, _tune):
+  if args.verbose or args.handler not in (_run, _tune, study.main):
     import_output.release(sys.stderr.buffer)
   try:
     # Before anything initialises TensorFlow's devices.

@@ -147,6 +147,8 @@ class ComponentProgress(logging.Handler):
   def emit(self, record: logging.LogRecord) -> None:
     node = getattr(record, "node", None)
     if node is None:
+      if getattr(record, "note", False):  # A line of its own (`study`).
+        self._console.print(record.getMessage())
       return
     if record.event == runner.STARTED:
       self._started[node] = time.monotonic()
@@ -157,6 +159,8 @@ class ComponentProgress(logging.Handler):
         self._console.print(f"{node} ...")
       return
     line = f"{node} done in {time.monotonic() - self._started.pop(node):.1f} s"
+    if getattr(record, "summary", None):
+      line += f": {record.summary}"
     if self._progress:
       task = self._tasks.pop(node)
       self._progress.update(task, description=line, total=1, completed=1)

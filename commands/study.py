@@ -35,21 +35,28 @@ are rewritten from the whole CSV after every run.
 
 import argparse
 import dataclasses
+import hashlib
 import json
+import logging
 import math
 import os
+import platform
 import statistics
+import subprocess
 import time
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import keras
 import tensorflow_transform as tft
 
+from commands import console
 from commands import flags
 from commands import study_data
 from commands import study_evaluation
 from commands import study_results
 from commands.study_data import TransformedInputs
+from pipeline import code_fingerprint
+from pipeline import runner
 from pipeline.config import PipelineConfig
 from trainer_module import callbacks as callbacks_lib
 from trainer_module import input_pipeline
@@ -126,6 +133,86 @@ class StudySetup:
   tf_transform_output: tft.TFTransformOutput
   train_files: Tuple[str, ...]
   baseline: Optional[keras.Model]  # None when every run is done.
+  results: str  # The directory of study.csv (results_dir).
+  fingerprint: str  # data_fingerprint of the Transform output.
+
+
+def results_dir(config: PipelineConfig, results: Optional[str]) -> str:
+  """Where the study keeps what must outlive the machine (study.csv and
+  study.md, the figures, study_settings.json, the baseline): `results`
+  (e.g. a folder under docs/, committed as runs finish), else the study
+  DIR. The DIR keeps the pipeline, the exported runs and the logs."""
+  return results or config.output
+
+
+def data_fingerprint(tf_transform_output: tft.TFTransformOutput) -> str:
+  """A hash of the Transform output's vocabularies (every field's ids with
+  their training counts): the same for the same rows, regenerated on any
+  machine, and different for other rows. A row of study.csv carries it,
+  so that a resumed study never mixes rows trained on other data."""
+  assets = os.path.join(tf_transform_output.transform_savedmodel_dir,
+                        "assets")
+  digest = hashlib.sha256()
+  for name in sorted(os.listdir(assets)):
+    digest.update(name.encode() + b"\0")
+    with open(os.path.join(assets, name), "rb") as f:
+      for chunk in iter(lambda: f.read(1 << 20), b""):
+        digest.update(chunk)
+  return digest.hexdigest()[:16]
+
+
+# The CPU flags that set the step's speed (docs/benchmark.md).
+_SPEED_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
+
+
+def machine_description() -> str:
+  """The CPU model, cores and speed-setting flags, e.g. "AMD EPYC, 2 cores,
+  avx2 avx512f avx512_bf16": a study's rows may come from several
+  machines, and only rows of one machine compare in speed."""
+  model, flags_seen = platform.processor() or platform.machine(), set()
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        key, _, value = line.partition(":")
+        if key.strip() == "model name":
+          model = value.strip()
+        elif key.strip() == "flags":
+          flags_seen = set(value.split())
+          break
+  except OSError:
+    pass
+  return ", ".join([model, f"{os.cpu_count()} cores",
+                    " ".join(f for f in _SPEED_FLAGS if f in flags_seen)])
+
+
+def code_commit() -> str:
+  """The git commit of the code (with "+changes" when its tracked files
+  differ from it); "" outside a git checkout."""
+  def git(*args):
+    return subprocess.run(["git", "-C", code_fingerprint.REPO_ROOT, *args],
+                          capture_output=True, text=True, check=False)
+  head = git("rev-parse", "--short=12", "HEAD")
+  if head.returncode != 0:
+    return ""
+  changed = git("diff", "--quiet", "HEAD", "--",
+                *code_fingerprint.PROJECT_PACKAGES).returncode != 0
+  return head.stdout.strip() + ("+changes" if changed else "")
+
+
+def check_fingerprints(rows: Sequence[Mapping[str, object]], path: str,
+                       fingerprint: str) -> None:
+  """Refuses a study.csv holding rows of other data.
+
+  Raises:
+    ValueError: naming the first such row, both fingerprints, and what to do.
+  """
+  for row in rows:
+    if row.get("data_fingerprint") not in ("", fingerprint):
+      raise ValueError(
+          f"{path}: run {row['run']} was trained on other data (data "
+          f"fingerprint {row['data_fingerprint']}, this data's {fingerprint}"
+          "): regenerate the data with the command its study.md names, or "
+          "give another --results")
 
 
 def run_config(config: PipelineConfig, run: StudyRun) -> PipelineConfig:
@@ -144,35 +231,80 @@ BASELINE_RECORD = "baseline.json"
 
 
 def train_baseline(config: PipelineConfig, train_files: Sequence[str],
-                   tf_transform_output: tft.TFTransformOutput) -> keras.Model:
+                   tf_transform_output: tft.TFTransformOutput, results: str,
+                   fingerprint: str) -> keras.Model:
   """The logistic-regression baseline every run's export serves beside the
-  model (the Evaluator's config reads it), trained as run_fn does, once per
-  study DIR: a resumed study serves the same baseline as its finished runs
-  and skips the search, which takes ~15 minutes on 2M rows."""
+  model (the Evaluator's config reads it), fitted as run_fn does, once per
+  study and kept in its results directory: a resumed study, on this machine
+  or another, serves the same baseline as its finished runs.
+
+  Raises:
+    ValueError: the kept baseline was fitted on other data.
+  """
   data = input_pipeline.training_data(
       list(train_files), tf_transform_output, config.spec.label,
       config.trainer.batch_size,
       negative_sampling_rate=config.trainer.negative_sampling_rate)
-  weights = os.path.join(config.output, BASELINE_WEIGHTS)
-  record = os.path.join(config.output, BASELINE_RECORD)
+  weights = os.path.join(results, BASELINE_WEIGHTS)
+  record = os.path.join(results, BASELINE_RECORD)
+  progress = _Progress("baseline")
+  progress.started()
   if os.path.exists(weights) and os.path.exists(record):
     with open(record) as f:
-      l2 = json.load(f)["l2"]
+      kept = json.load(f)
+    if kept.get("data_fingerprint", fingerprint) != fingerprint:
+      raise ValueError(
+          f"{record}: the kept baseline was fitted on other data (data "
+          f"fingerprint {kept['data_fingerprint']}, this data's "
+          f"{fingerprint}); give another --results")
     baseline, _ = model_building.build_and_compile(
         config.trainer, {}, tf_transform_output, data.train_examples,
-        data.click_rate, l2)
+        data.click_rate, kept["l2"])
     baseline.evaluate(data.validation.take(1), verbose=0)  # Builds it.
     baseline.load_weights(weights)
+    progress.finished(f"kept in {record} (C {kept['c']:g})")
     return baseline
   baseline, trained = trainer.train_baseline(config.trainer, data,
-                                             tf_transform_output, verbose=0)
+                                             tf_transform_output)
   # The weights first, under a name a crash leaves unused.
   partial = weights.replace(".weights.h5", ".partial.weights.h5")
   baseline.save_weights(partial)
   os.replace(partial, weights)
   with open(record, "w") as f:
-    json.dump({"c": trained["c"], "l2": trained["l2"]}, f)
+    json.dump({"c": trained["c"], "l2": trained["l2"],
+               "data_fingerprint": fingerprint,
+               "grid": trained["grid"], "seconds": trained["seconds"]},
+              f, indent=2)
+  progress.finished(f"C {trained['c']:g}, validation AUC "
+                    f"{trained['best']['val_auc']:.4f}, "
+                    f"{trained['seconds']:.0f} s")
   return baseline
+
+
+def _note(line: str) -> None:
+  """A line on the console of `study` (console.ComponentProgress)."""
+  logging.getLogger(runner.PROGRESS_LOGGER).info(line, extra={"note": True})
+
+
+@dataclasses.dataclass(frozen=True)
+class _Progress:
+  """A step of the study as the console shows a pipeline component (a line
+  at its start and one at its end with its time, console.
+  ComponentProgress): through runner.PROGRESS_LOGGER, so that under `study`
+  it reaches the console while the libraries' output goes to the log."""
+  name: str
+
+  def started(self) -> None:
+    logging.getLogger(runner.PROGRESS_LOGGER).info(
+        "%s %s", self.name, runner.STARTED,
+        extra={"node": self.name, "event": runner.STARTED})
+
+  def finished(self, summary: str) -> None:
+    logging.getLogger(runner.PROGRESS_LOGGER).info(
+        "%s %s: %s", self.name, runner.FINISHED, summary,
+        extra={"node": self.name, "event": runner.FINISHED,
+               "summary": summary})
+
 
 
 class LastEpochWeights(keras.callbacks.Callback):
@@ -222,17 +354,19 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
          "push": (config.trainer.push if config.trainer.served_replicas > 1
                   else ""),
          "dense_lr": hparams["dense_lr"], "embed_lr": hparams["embed_lr"],
-         "l2": hparams["l2"], "train_examples": data.train_examples}
+         "l2": hparams["l2"], "train_examples": data.train_examples,
+         "data_fingerprint": setup.fingerprint,
+         "machine": machine_description(), "commit": code_commit()}
   last_epoch = LastEpochWeights()
   start = time.perf_counter()
   try:
     replicas, trained = trainer.train_replicas(
         trainer_settings, data, list(setup.train_files),
         setup.tf_transform_output, {}, log_dir=None, seed=run.seed,
-        verbose=0,
+        # A line per epoch in the log, which the console's live line reads.
+        verbose=2,
         callbacks=[last_epoch] if config.trainer.replicas == 1 else [])
-  except callbacks_lib.NonFiniteLossError as error:
-    print(f"{run.key}: diverged: {error}", flush=True)
+  except callbacks_lib.NonFiniteLossError:
     row.update(train_seconds=time.perf_counter() - start, diverged=True)
     return row
   seconds = time.perf_counter() - start
@@ -269,7 +403,7 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
       trained["epochs_run"] > trained["best_epoch"]):
     model = replicas[0]
     model.set_weights(last_epoch.weights)
-    training.recalibrate_bias(model, data.validation)
+    training.recalibrate_bias(model, data.validation, data.click_rate)
     last_dir = os.path.join(run_dir, "serving_last")
     serving.export_serving_model([model], setup.baseline,
                                  setup.tf_transform_output, trainer_settings,
@@ -330,7 +464,7 @@ STUDY_SETTINGS = "study_settings.json"
 PER_RUN_SETTINGS = ("model", "batch_size", "scaling_rule")
 
 
-def check_study_settings(config: PipelineConfig) -> None:
+def check_study_settings(config: PipelineConfig, results: str) -> None:
   """Records the study-wide trainer settings in the study DIR, and refuses
   to resume a study whose settings differ (runs are found by key, and the
   key does not say the activation, the sampling rate, ...).
@@ -342,7 +476,7 @@ def check_study_settings(config: PipelineConfig) -> None:
   study_wide["step"].pop("cowclip", None)
   wanted = json.loads(json.dumps({k: v for k, v in study_wide.items()
                                   if k not in PER_RUN_SETTINGS}))
-  path = os.path.join(config.output, STUDY_SETTINGS)
+  path = os.path.join(results, STUDY_SETTINGS)
   if os.path.exists(path):
     with open(path) as f:
       recorded = json.load(f)
@@ -353,63 +487,83 @@ def check_study_settings(config: PipelineConfig) -> None:
           f"{config.output} holds a study with other settings ("
           + "; ".join(f"{k}: {recorded.get(k)!r}, now {wanted.get(k)!r}"
                       for k in changed)
-          + "); give another --output")
+          + "); give another --results or --output")
     return
-  os.makedirs(config.output, exist_ok=True)
+  os.makedirs(results, exist_ok=True)
   with open(path, "w") as f:
     json.dump(wanted, f, indent=2, sort_keys=True)
 
 
 def run_study(config: PipelineConfig, runs: Sequence[StudyRun],
-              header: Sequence[str] = ()) -> List[Dict[str, object]]:
+              header: Sequence[str] = (), results: Optional[str] = None
+             ) -> List[Dict[str, object]]:
   """Transform once, train/evaluate the runs not yet in study.csv, report.
 
   Args:
     config: the pipeline config every run starts from (epochs, base
       hyperparameters, model options, embedding update, frequency slice);
-      its output DIR holds the pipeline root, study.csv, study.md, the
-      figures and runs/<run>/ (serving model, TFMA output).
+      its output DIR holds the pipeline root and runs/<run>/ (serving
+      model, TFMA output).
     runs: from study_runs.
     header: lines put at the top of study.md (the settings).
+    results: the directory of study.csv, study.md, the figures, the
+      settings and the baseline (results_dir; None: the output DIR).
 
   Returns:
     All rows of study.csv.
+
+  Raises:
+    ValueError: study.csv or the kept baseline are of other data or other
+      settings.
   """
-  check_study_settings(config)
-  csv_path = os.path.join(config.output, "study.csv")
+  results = results_dir(config, results)
+  check_study_settings(config, results)
+  csv_path = os.path.join(results, "study.csv")
   rows = study_results.read_rows(csv_path)
   done = {r["run"] for r in rows}
   todo = [r for r in runs if r.key not in done]
-  print(f"study: {len(runs) - len(todo)} of {len(runs)} runs already in "
-        f"{csv_path}", flush=True)
+  _note(f"study: {len(runs) - len(todo)} of {len(runs)} runs already in "
+        f"{csv_path}")
   inputs = study_data.transform_once(config)
   train_files = study_data.split_files(inputs.raw_examples, "train")
   tf_transform_output = tft.TFTransformOutput(inputs.transform_graph)
+  fingerprint = data_fingerprint(tf_transform_output)
+  check_fingerprints(rows, csv_path, fingerprint)
   setup = StudySetup(
       config=config, inputs=inputs, tf_transform_output=tf_transform_output,
       train_files=tuple(train_files),
-      baseline=train_baseline(config, train_files, tf_transform_output)
-      if todo else None)
+      baseline=train_baseline(config, train_files, tf_transform_output,
+                              results, fingerprint) if todo else None,
+      results=results, fingerprint=fingerprint)
   for i, run in enumerate(todo, start=1):
+    progress = _Progress(f"run {i}/{len(todo)} {run.key}")
+    progress.started()
     row = same_training(config, run, rows)
     if row is None:
-      print(f"study: run {i}/{len(todo)}: {run.key}", flush=True)
       row = train_and_evaluate(run, setup)
       # The run's record cache goes before the next run fills its own.
       input_pipeline.release_memory()
+      how = ""
     else:
-      print(f"study: run {i}/{len(todo)}: {run.key} trains exactly as a "
-            "finished run: its results are reused", flush=True)
+      how = "trains exactly as a finished run: its results are reused; "
     study_results.append_row(csv_path, row)
-    print(f"study: {run.key}: auc {row.get('auc', math.nan):.4f} "
-          f"logloss {row.get('logloss', math.nan):.4f} "
-          f"{row['train_seconds']:.1f} s", flush=True)
+    progress.finished(how + _run_summary(row))
     # Parsed as a resumed study would see them.
     rows = study_results.read_rows(csv_path)
-    write_report(rows, config.output, header)
+    write_report(rows, results, header)
   if not todo:
-    write_report(rows, config.output, header)
+    write_report(rows, results, header)
   return rows
+
+
+def _run_summary(row: Mapping[str, object]) -> str:
+  """A finished run's console line: AUC, log loss, epochs and speed."""
+  if row.get("diverged"):
+    return f"diverged after {row['train_seconds']:.0f} s"
+  return (f"auc {row['auc']:.4f} logloss {row['logloss']:.4f}, "
+          f"{int(row['epochs_run'])} epochs (best {int(row['best_epoch'])}),"
+          f" {row['train_seconds']:.0f} s training, "
+          f"{row['examples_per_second']:,.0f} examples/s")
 
 
 def write_report(rows: Sequence[Mapping[str, object]], output: str,
@@ -425,8 +579,16 @@ def write_report(rows: Sequence[Mapping[str, object]], output: str,
 def add_arguments(parser: argparse.ArgumentParser) -> None:
   """The `study` subcommand's flags: its axes, and the settings every run
   shares."""
-  flags.add_input_arguments(parser, "DIR for the pipeline, study.csv/md and "
-                            "figures (re-use it to resume)")
+  flags.add_input_arguments(parser, "DIR for the pipeline, the exported runs, "
+                            "the log and, without --results, study.csv/md, "
+                            "the figures and the baseline (re-use it to "
+                            "resume)")
+  parser.add_argument(
+      "--results", metavar="RESULTS_DIR",
+      help="keep study.csv/md, the figures, the settings and the baseline "
+      "here instead of in DIR (e.g. a folder under docs/ committed as runs "
+      "finish: a study resumes from it on any machine, retraining only the "
+      "missing runs; rows of other data are refused)")
   parser.add_argument("--batch-sizes", type=flags.int_list,
                       default=list(DEFAULT_BATCH_SIZES))
   parser.add_argument("--rules",
@@ -474,7 +636,10 @@ def main(args: argparse.Namespace) -> int:
             "(geometric mean over fields of the training count of the "
             f"example's ids, OOV ids 0): < {rare} rare, < {frequent} medium, "
             "else frequent."]
-  rows = run_study(config, runs, header)
-  print(f"study: {len(rows)} runs in {os.path.join(args.output, 'study.csv')}"
-        f"; report {os.path.join(args.output, 'study.md')}")
+  with console.pipeline_console(config.output, args.verbose):
+    rows = run_study(config, runs, header, args.results)
+  results = results_dir(config, args.results)
+  print(f"study: {len(rows)} runs in {os.path.join(results, 'study.csv')}"
+        f"; report {os.path.join(results, 'study.md')}; the libraries' "
+        f"output in {os.path.join(config.output, console.LOG_FILE)}")
   return 0

@@ -10,7 +10,6 @@ import os
 from typing import List
 
 import tensorflow as tf
-from tfx.orchestration.beam.beam_dag_runner import BeamDagRunner
 
 from pipeline import metadata
 from pipeline import runner
@@ -51,5 +50,6 @@ def transform_once(config: PipelineConfig) -> TransformedInputs:
   runner.check_input(config)
   os.makedirs(config.output, exist_ok=True)
   with runner.run_temp_dir():
-    BeamDagRunner().run(create_pipeline(config, until_transform=True))
+    runner.BeamDagRunnerWithProgress().run(
+        create_pipeline(config, until_transform=True))
   return transform_artifacts(config)

@@ -32,6 +32,11 @@ DISTILLATION_COLUMNS = ("student_auc", "ensemble_auc", "replica_auc",
 # The validation slice's log loss and AUC after each epoch run (replica 0's
 # with --replicas; space-separated): what steps_to_logloss reads.
 _EPOCH_COLUMNS = ("validation_logloss_by_epoch", "validation_auc_by_epoch")
+# Where a row comes from, so rows kept in git from several machines can be
+# told apart: the data (study.data_fingerprint: a resumed study refuses a
+# row of other data), the CPU (model and the flags that set its speed) and
+# the code (git commit).
+PROVENANCE_COLUMNS = ("data_fingerprint", "machine", "commit")
 COLUMNS = (
     ("run", "model", "rule", "cowclip", "batch_size", "seed", "epochs",
      "epochs_run", "best_epoch",
@@ -42,7 +47,8 @@ COLUMNS = (
      "mean_prediction", "mean_label", "calibration") +
     tuple(f"{kind}_{b}" for b in BUCKETS for kind in ("auc", "examples")) +
     ("bias_constraints",) + _REPLICA_COLUMNS + _LAST_EPOCH_COLUMNS +
-    _BASELINE_COLUMNS + DISTILLATION_COLUMNS + _EPOCH_COLUMNS)
+    _BASELINE_COLUMNS + DISTILLATION_COLUMNS + _EPOCH_COLUMNS +
+    PROVENANCE_COLUMNS)
 # bias_constraints: the constrained slices of a run trained with the bias
 # constraints, since removed (docs/production_calibration.md). New rows
 # leave it empty; it stays so that studies written before stay appendable
@@ -50,9 +56,11 @@ COLUMNS = (
 # Columns a study.csv written before they existed may lack (read as "").
 _OPTIONAL_COLUMNS = (("bias_constraints",) + _REPLICA_COLUMNS +
                      _LAST_EPOCH_COLUMNS + _BASELINE_COLUMNS +
-                     DISTILLATION_COLUMNS + _EPOCH_COLUMNS)
+                     DISTILLATION_COLUMNS + _EPOCH_COLUMNS +
+                     PROVENANCE_COLUMNS)
 _TEXT_COLUMNS = ("run", "model", "rule", "embedding_update",
-                 "bias_constraints", "push", "replica_aucs") + _EPOCH_COLUMNS
+                 "bias_constraints", "push", "replica_aucs") + (
+                     _EPOCH_COLUMNS + PROVENANCE_COLUMNS)
 _BOOL_COLUMNS = ("cowclip", "diverged")
 
 

@@ -1,15 +1,26 @@
 #!/usr/bin/env bash
 # The paper-regime batch-size study (docs/study.md, "Paper regime"): every
-# command it runs, in order. Each `study` skips the runs already in its DIR's
-# study.csv and TFX reuses its Transform, so re-running this script resumes
-# where it stopped.
+# command it runs, in order, one run at a time.
 #
 #   docs/study_paper_regime.sh ROOT      (run from the repository root)
 #
-# ROOT gets data/ (the generated files) and one study DIR per study.
+# ROOT gets the generated data and one pipeline DIR per study: scratch, that
+# a machine may lose. What must outlive the machine goes to RESULTS (default
+# docs/study_paper_regime/ in this repository), one folder per study:
+# study.csv, study.md, the figures, the settings and the kept baseline. Each
+# run is its own `study` command, and with COMMIT=1 (the default) its row is
+# committed to git as soon as it is written. So re-running this script, on
+# this machine or a fresh clone elsewhere, regenerates the data (seeded),
+# re-runs ExampleGen and Transform where ROOT lacks them, and trains only
+# the runs missing from RESULTS; a row of other data is refused.
+#
+# Every run computes in float32 (--precision): rows from machines with and
+# without bfloat16 hardware then compare.
 set -euo pipefail
 ROOT=${1:?usage: docs/study_paper_regime.sh ROOT}
 PY=${PY:-.venv/bin/python}
+RESULTS=${RESULTS:-docs/study_paper_regime}
+COMMIT=${COMMIT:-1}
 ROWS=10000000
 
 generate() {  # FORMAT OUT [generate flags...]
@@ -24,16 +35,35 @@ generate() {  # FORMAT OUT [generate flags...]
 # generator's closed-form counts).
 declare -A THRESHOLDS=([criteo]=7000,25000 [avazu]=250000,450000)
 
-study() {  # DATASET DATA DIR [study flags...]
-  local dataset=$1 data=$2 dir=$3
-  shift 3
-  $PY -m pipeline study --dataset "$dataset" --data "$data" --output "$dir" \
-    --seeds 1 --epochs 10 --frequency-thresholds "${THRESHOLDS[$dataset]}" \
-    "$@"
+commit() {  # NAME MESSAGE: commits RESULTS/NAME alone, in the repository
+  # that holds RESULTS (retried while another git command holds its index)
+  [ "$COMMIT" = 1 ] || return 0
+  local tries
+  for tries in 1 2 3 4 5 6 7 8 9 10; do
+    if git -C "$RESULTS/$1" add -- . &&
+        { git -C "$RESULTS/$1" diff --cached --quiet -- . ||
+          git -C "$RESULTS/$1" commit --quiet -m "$2" -- .; }; then
+      return 0
+    fi
+    sleep 5
+  done
+  echo "could not commit $RESULTS/$1" >&2
+  return 1
 }
 
-auc_of() {  # DIR RUN: the run's eval AUC in DIR/study.csv
-  $PY - "$1/study.csv" "$2" <<'EOF'
+run() {  # DATASET DATA NAME RULE BATCH [study flags...]: one run, committed
+  local dataset=$1 data=$2 name=$3 rule=$4 batch=$5
+  shift 5
+  $PY -m pipeline study --dataset "$dataset" --data "$data" \
+    --output "$ROOT/$name" --results "$RESULTS/$name" --seeds 1 \
+    --epochs 10 --precision float32 \
+    --frequency-thresholds "${THRESHOLDS[$dataset]}" \
+    --rules "$rule" --batch-sizes "$batch" "$@"
+  commit "$name" "docs/study_paper_regime/$name: $rule at $batch $*"
+}
+
+auc_of() {  # NAME RUN: the run's eval AUC in RESULTS/NAME/study.csv
+  $PY - "$RESULTS/$1/study.csv" "$2" <<'EOF'
 import csv, sys
 rows = {r["run"]: r for r in csv.DictReader(open(sys.argv[1]))}
 print(rows[sys.argv[2]]["auc"])
@@ -44,39 +74,50 @@ CRITEO=$ROOT/data/criteo_kaggle/train.txt
 CRITEO_TOP3=$ROOT/data/criteo_kaggle_top3/train.txt
 AVAZU=$ROOT/data/avazu/train
 generate criteo "$CRITEO" --id-profile kaggle
-generate criteo "$CRITEO_TOP3" --id-profile kaggle --top-ids 3
 
 # 1. Base hyperparameters good at 1024 for this size: the paper's (Table 9)
 #    against the `auto` ones, on the no-scaling run at the base batch.
 PAPER_HPARAMS=(--dense-lr 8e-4 --embed-lr 1e-4 --l2 1e-5)
-study criteo "$CRITEO" "$ROOT/criteo_paper_hparams" --rules none \
-  --batch-sizes 1024 "${PAPER_HPARAMS[@]}"
-study criteo "$CRITEO" "$ROOT/criteo_auto_hparams" --rules none \
-  --batch-sizes 1024
+run criteo "$CRITEO" criteo_paper_hparams none 1024 "${PAPER_HPARAMS[@]}"
+run criteo "$CRITEO" criteo_auto_hparams none 1024
 BASE_RUN=deepfm-none-noclip-b1024-s1
 if $PY -c "import sys; sys.exit(not float(sys.argv[1]) > float(sys.argv[2]))" \
-    "$(auc_of "$ROOT/criteo_paper_hparams" $BASE_RUN)" \
-    "$(auc_of "$ROOT/criteo_auto_hparams" $BASE_RUN)"; then
-  MAIN=$ROOT/criteo_paper_hparams
+    "$(auc_of criteo_paper_hparams $BASE_RUN)" \
+    "$(auc_of criteo_auto_hparams $BASE_RUN)"; then
+  MAIN=criteo_paper_hparams
   HPARAMS=("${PAPER_HPARAMS[@]}")
 else
-  MAIN=$ROOT/criteo_auto_hparams
+  MAIN=criteo_auto_hparams
   HPARAMS=()
 fi
 echo "paper regime: base hyperparameters of $MAIN"
 
-# 2. The headline: CowClip at 32x against 1024, the old rules and the
-#    ablation at 32x; then 8x.
-study criteo "$CRITEO" "$MAIN" --rules cowclip,none,sqrt --ablation \
-  --batch-sizes 1024,32768 "${HPARAMS[@]+"${HPARAMS[@]}"}"
-study criteo "$CRITEO" "$MAIN" --rules cowclip,none,sqrt --ablation \
-  --batch-sizes 8192 "${HPARAMS[@]+"${HPARAMS[@]}"}"
+# 2. The headline: CowClip at 32x against 1024, then the old rules and the
+#    ablation (CowClip's scaling without its clip) at 32x; then 8x.
+main_run() {  # RULE BATCH [flags...]
+  run criteo "$CRITEO" "$MAIN" "$@" "${HPARAMS[@]+"${HPARAMS[@]}"}"
+}
+main_run cowclip 1024
+for batch in 32768 8192; do
+  main_run cowclip $batch
+  main_run none $batch
+  main_run sqrt $batch
+  main_run cowclip $batch --ablation  # Only its no-clip run is missing.
+done
 
 # 3. The Table 1 diagnostic at this size: the old rules on the top-3 data.
-study criteo "$CRITEO_TOP3" "$ROOT/criteo_top3" --rules none,sqrt \
-  --batch-sizes 1024,8192 "${HPARAMS[@]+"${HPARAMS[@]}"}"
+generate criteo "$CRITEO_TOP3" --id-profile kaggle --top-ids 3
+for batch in 1024 8192; do
+  for rule in none sqrt; do
+    run criteo "$CRITEO_TOP3" criteo_top3 $rule $batch \
+      "${HPARAMS[@]+"${HPARAMS[@]}"}"
+  done
+done
 
 # 4. Avazu at 1024 and 32768 (its published base: dense_lr 1e-4, zeta 1e-4).
 generate avazu "$AVAZU"
-study avazu "$AVAZU" "$ROOT/avazu" --rules cowclip,none,sqrt \
-  --batch-sizes 1024,32768
+for batch in 1024 32768; do
+  for rule in cowclip none sqrt; do
+    run avazu "$AVAZU" avazu $rule $batch
+  done
+done

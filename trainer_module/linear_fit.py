@@ -93,18 +93,19 @@ def inverse_strength(l2: float, examples: float) -> float:
   return 1.0 / (2.0 * l2 * examples)
 
 
-def fit_path(train: OneHotRows, validation: OneHotRows,
+def fit_path(rows: OneHotRows, validation_start: int,
              c_grid: Sequence[float]) -> Dict[str, Any]:
   """The L2 path, strongest first, then the refit on both parts.
 
-  Both parts are fitted as one matrix: the path gives the validation rows
-  zero weight (so it fits the training part alone, and the validation
-  slice's log loss chooses C), the refit their own weight, continuing from
-  the chosen fit (the validation slice is a tenth of the split, and a linear
-  model on one-hot ids still gains from every row: docs/lr_baseline.md).
-  Each C starts from the previous one's weights, and the path stops at the
-  first C worse than the one before it (the validation loss along a ridge
-  path is unimodal in practice).
+  `rows` holds the training part, then the validation slice from row
+  `validation_start` on: one matrix, not two copies. The path gives the
+  validation rows zero weight (so it fits the training part alone, and the
+  validation slice's log loss chooses C), the refit their own weight,
+  continuing from the chosen fit (the validation slice is a tenth of the
+  split, and a linear model on one-hot ids still gains from every row:
+  docs/lr_baseline.md). Each C starts from the previous one's weights, and
+  the path stops at the first C worse than the one before it (the
+  validation loss along a ridge path is unimodal in practice).
 
   Returns:
     {"grid": [{"c", "iterations", "val_logloss", "seconds"}], "c" (the
@@ -112,10 +113,11 @@ def fit_path(train: OneHotRows, validation: OneHotRows,
     "path_coef", "path_intercept" (the kept C's fit before the refit, what
     the validation slice measured), "refit": {"iterations", "seconds"}.
   """
-  both = sparse.vstack([train.matrix, validation.matrix], format="csr")
-  labels = np.concatenate([train.labels, validation.labels])
-  held_out = np.concatenate([train.weights,
-                             np.zeros_like(validation.weights)])
+  validation = rows.matrix[validation_start:]
+  labels, weights = rows.labels[validation_start:], rows.weights[
+      validation_start:]
+  held_out = rows.weights.copy()
+  held_out[validation_start:] = 0.0
   solver = linear_model.LogisticRegression(
       solver="lbfgs", tol=GRADIENT_TOLERANCE, max_iter=MAX_ITERATIONS,
       warm_start=True)
@@ -124,9 +126,9 @@ def fit_path(train: OneHotRows, validation: OneHotRows,
   for c in c_grid:
     start = time.perf_counter()
     solver.set_params(C=c)
-    solver.fit(both, labels, sample_weight=held_out)
-    logits = validation.matrix @ solver.coef_[0] + solver.intercept_[0]
-    loss = weighted_logloss(validation.labels, logits, validation.weights)
+    solver.fit(rows.matrix, rows.labels, sample_weight=held_out)
+    logits = validation @ solver.coef_[0] + solver.intercept_[0]
+    loss = weighted_logloss(labels, logits, weights)
     grid.append({"c": c, "iterations": int(solver.n_iter_[0]),
                  "val_logloss": loss,
                  "seconds": time.perf_counter() - start})
@@ -137,8 +139,7 @@ def fit_path(train: OneHotRows, validation: OneHotRows,
   start = time.perf_counter()
   solver.set_params(C=kept["c"])
   solver.coef_[0], solver.intercept_[0] = kept["coef"], kept["intercept"]
-  solver.fit(both, labels, sample_weight=np.concatenate(
-      [train.weights, validation.weights]))
+  solver.fit(rows.matrix, rows.labels, sample_weight=rows.weights)
   return {"grid": grid, "c": kept["c"], "path_coef": kept["coef"],
           "path_intercept": kept["intercept"],
           "coef": solver.coef_[0].copy(),

@@ -223,22 +223,24 @@ def test_a_study_dir_refuses_other_study_wide_settings(tmp_path):
   directory remembers the study-wide settings and refuses others."""
   config = PipelineConfig.from_fields(dataset="criteo", data="d",
                           output=str(tmp_path / "s"), epochs=2)
-  study.check_study_settings(config)
+  results = str(tmp_path / "s")
+  study.check_study_settings(config, results)
   # Per-run settings (batch, rule, model) may differ between runs.
   study.check_study_settings(study.run_config(
-      config, study.StudyRun("dcn", "sqrt", 4096, 1, False)))
+      config, study.StudyRun("dcn", "sqrt", 4096, 1, False)), results)
   smelu = dataclasses.replace(config, trainer=dataclasses.replace(
       config.trainer, model_options={"activation": "smelu"},
       negative_sampling_rate=0.5))
   with pytest.raises(ValueError) as error:
-    study.check_study_settings(smelu)
+    study.check_study_settings(smelu, results)
   message = str(error.value)
-  assert str(tmp_path / "s") in message and "another --output" in message
+  assert str(tmp_path / "s") in message and "another --results or --output" in message
   assert "model_options" in message and "negative_sampling_rate: 1.0, now 0.5" in message
   for replicas in ({"replicas": 2}, {"replicas": 1, "push": "single"}):
     with pytest.raises(ValueError, match=f"{list(replicas)[-1]}: "):
       study.check_study_settings(dataclasses.replace(
-          config, trainer=dataclasses.replace(config.trainer, **replicas)))
+          config, trainer=dataclasses.replace(config.trainer, **replicas)),
+                                 results)
 
 
 def test_csv_round_trip_and_bad_values(tmp_path):
@@ -353,7 +355,6 @@ def test_report_tables_and_figures(tmp_path):
       assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.slow
 class _FirstEpochBest(keras.callbacks.EarlyStopping):
   """Early stopping that keeps the first epoch, whatever the losses."""
 
@@ -368,10 +369,10 @@ def test_a_run_past_its_best_epoch_is_also_evaluated_at_its_last(
   evaluated beside it (last_* columns), its bias refitted the same way."""
   monkeypatch.setattr(
       callbacks_lib, "early_stopping",
-      lambda patience=callbacks_lib.EARLY_STOPPING_PATIENCE,
-      monitor=callbacks_lib.EARLY_STOPPING_MONITOR, min_delta=0.0:
-      _FirstEpochBest(monitor=monitor, mode="min", patience=patience,
-                      min_delta=min_delta, restore_best_weights=True))
+      lambda: _FirstEpochBest(
+          monitor=callbacks_lib.EARLY_STOPPING_MONITOR, mode="min",
+          patience=callbacks_lib.EARLY_STOPPING_PATIENCE,
+          restore_best_weights=True))
   data = tmp_path / "data"
   generate.write_synthetic("criteo", 3000, 1, str(data / "train.txt"))
   out = tmp_path / "study"
@@ -394,30 +395,52 @@ def test_a_run_past_its_best_epoch_is_also_evaluated_at_its_last(
   assert (run_dir / "serving_last").is_dir() and (run_dir / "tfma_last").is_dir()
 
 
-def test_a_resumed_study_serves_the_baseline_its_dir_keeps(tmp_path,
-                                                          monkeypatch):
+@pytest.mark.slow
+def test_a_study_resumes_from_its_results_in_a_fresh_dir(tmp_path,
+                                                        monkeypatch, capfd):
+  """Results kept apart from the DIR (as in git, docs/study.md): a fresh
+  DIR, on a fresh machine, reruns Transform, serves the kept baseline,
+  trains only the missing runs, and refuses rows of other data."""
   data = tmp_path / "data"
   generate.write_synthetic("criteo", 3000, 1, str(data / "train.txt"))
-  out = tmp_path / "study"
-  argv = ["study", "--dataset", "criteo", "--data", str(data), "--output",
-          str(out), "--batch-sizes", "256", "--rules", "none", "--epochs", "1",
-          "--hidden-units", "16", "--min-frequency", "3", "--seeds"]
-  assert cli.main(argv + ["7"]) == 0
-  assert (out / study.BASELINE_WEIGHTS).stat().st_size > 0
-  assert json.loads((out / study.BASELINE_RECORD).read_text())["l2"] > 0
+  results = tmp_path / "results"
+  argv = ["study", "--dataset", "criteo", "--data", str(data),
+          "--results", str(results), "--batch-sizes", "256", "--rules",
+          "none", "--epochs", "1", "--hidden-units", "16",
+          "--min-frequency", "3", "--seeds"]
+  assert cli.main(argv + ["7", "--output", str(tmp_path / "first")]) == 0
+  assert (results / study.BASELINE_WEIGHTS).stat().st_size > 0
+  kept = json.loads((results / study.BASELINE_RECORD).read_text())
+  assert kept["l2"] > 0 and kept["data_fingerprint"]
+  assert not (tmp_path / "first" / "study.csv").exists()
 
   def no_search(*args, **kwargs):
     raise AssertionError("the baseline was searched again")
 
   monkeypatch.setattr(trainer, "train_baseline", no_search)
-  assert cli.main(argv + ["8"]) == 0
-  first, resumed = study_results.read_rows(str(out / "study.csv"))
-  assert resumed["seed"] == 8
+  capfd.readouterr()
+  assert cli.main(argv + ["7,8", "--output", str(tmp_path / "fresh")]) == 0
+  assert "1 of 2 runs already" in capfd.readouterr().out
+  first, resumed = study_results.read_rows(str(results / "study.csv"))
+  assert (first["seed"], resumed["seed"]) == (7, 8)
+  assert first["data_fingerprint"] == resumed["data_fingerprint"] == kept[
+      "data_fingerprint"]
+  assert "cores" in resumed["machine"] and resumed["commit"]
   assert (resumed["lr_auc"], resumed["lr_logloss"]) == (first["lr_auc"],
                                                         first["lr_logloss"])
 
+  csv_path = results / "study.csv"
+  csv_path.write_text(csv_path.read_text().replace(
+      kept["data_fingerprint"], "0123456789abcdef", 1))
+  assert cli.main(argv + ["7,8,9", "--output", str(tmp_path / "other")]) == 1
+  error = capfd.readouterr().err
+  assert ("run deepfm-none-noclip-b256-s7 was trained on other data (data "
+          "fingerprint 0123456789abcdef" in error), error
+  assert "Traceback" not in error
 
-def test_study_command_trains_every_run_and_resumes(tmp_path, capsys):
+
+@pytest.mark.slow
+def test_study_command_trains_every_run_and_resumes(tmp_path, capfd):
   data = tmp_path / "data"
   generate.write_synthetic("criteo", 3000, 1, str(data / "train.txt"))
   out = tmp_path / "study"
@@ -426,9 +449,20 @@ def test_study_command_trains_every_run_and_resumes(tmp_path, capsys):
           "--seeds", "7", "--epochs", "1", "--hidden-units", "16",
           "--min-frequency", "3", "--embed-lr", "1e-3"]
   assert cli.main(argv) == 0
+  console = capfd.readouterr().out
+  # The console reads like `run`'s: Transform and the baseline start and
+  # end, each run with its AUC, epochs and time; the libraries' output is
+  # in the log.
+  for line in ("Transform ...", "Transform done in", "baseline ...",
+               "baseline done in", "run 1/6 deepfm-none-noclip-b256-s7 ...",
+               "auc 0.", "1 epochs (best 1)", "examples/s",
+               "logs/run.log"):
+    assert line in console, (line, console)
+  assert "WARNING" not in console
+  assert (out / "logs" / "run.log").stat().st_size > 0
   # At the base batch (1024) sqrt trains exactly as none: reused, not rerun.
-  assert ("run 4/6: deepfm-sqrt-noclip-b1024-s7 trains exactly as a "
-          "finished run" in capsys.readouterr().out)
+  assert ("run 4/6 deepfm-sqrt-noclip-b1024-s7 done in" in console and
+          "trains exactly as a finished run" in console)
   with open(out / "study.csv", newline="") as f:
     rows = list(csv.DictReader(f))
   assert sorted(r["run"] for r in rows) == sorted(
@@ -459,8 +493,7 @@ def test_study_command_trains_every_run_and_resumes(tmp_path, capsys):
                "auc_by_frequency.png"):
     assert (out / name).stat().st_size > 0
 
-  capsys.readouterr()
   before = (out / "study.csv").read_text()
   assert cli.main(argv) == 0
-  assert "6 of 6 runs already" in capsys.readouterr().out
+  assert "6 of 6 runs already" in capfd.readouterr().out
   assert (out / "study.csv").read_text() == before

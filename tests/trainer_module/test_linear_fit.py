@@ -30,6 +30,15 @@ def _one_hot(features, labels, weights, batch=64):
   return linear_fit.one_hot_rows(data, VOCAB)
 
 
+def _parts(train, validation):
+  """(both parts' one-hot rows, the first validation row)."""
+  joined = {k: np.concatenate([train[0][k], validation[0][k]])
+            for k in VOCAB}
+  return (_one_hot(joined, *(np.concatenate([t, v]) for t, v in
+                             zip(train[1:], validation[1:]))),
+          len(train[1]))
+
+
 def test_one_hot_rows_offsets_every_field_by_the_tables_before_it():
   features, labels, weights = _rows(0, 100)
   rows = _one_hot(features, labels, weights, batch=7)
@@ -55,12 +64,9 @@ def test_the_refit_is_the_optimum_of_our_objective(weighted):
   """At the refit's weights the gradient of the weighted mean log loss +
   l2 |W|^2 (our objective, l2 = l2_of_c(C, rows)) over both parts is ~0,
   and, the bias being free, the mean prediction is the click rate."""
-  train = _one_hot(*_rows(1, 400, weighted))
-  validation = _one_hot(*_rows(2, 100, weighted))
-  fitted = linear_fit.fit_path(train, validation, (0.01, 0.1, 1.0))
-  x = np.vstack([train.matrix.toarray(), validation.matrix.toarray()])
-  y = np.concatenate([train.labels, validation.labels])
-  w = np.concatenate([train.weights, validation.weights])
+  rows, start = _parts(_rows(1, 400, weighted), _rows(2, 100, weighted))
+  fitted = linear_fit.fit_path(rows, start, (0.01, 0.1, 1.0))
+  x, y, w = rows.matrix.toarray(), rows.labels, rows.weights
   coef, intercept = fitted["coef"], fitted["intercept"]
   p = 1 / (1 + np.exp(-(x @ coef + intercept)))
   # scikit-learn's C over weighted rows is our l2 over their weight sum.
@@ -76,23 +82,23 @@ def test_the_path_fits_the_training_part_and_chooses_by_the_slice():
   """The path's fits do not see the validation labels (flipping them changes
   no path weight), each C's validation log loss is the slice's, and the
   kept C has the lowest; the path stops at the first worse C."""
-  train = _one_hot(*_rows(3, 300))
+  train = _rows(3, 300)
   features, labels, weights = _rows(4, 200)
-  validation = _one_hot(features, labels, weights)
-  flipped = _one_hot(features, 1 - labels, weights)
+  rows, start = _parts(train, (features, labels, weights))
+  flipped, _ = _parts(train, (features, 1 - labels, weights))
   grid = (0.001, 0.01, 0.1, 1.0, 10.0)
-  fitted = linear_fit.fit_path(train, validation, grid)
+  fitted = linear_fit.fit_path(rows, start, grid)
   losses = [g["val_logloss"] for g in fitted["grid"]]
   assert [g["c"] for g in fitted["grid"]] == list(grid[:len(losses)])
   kept = losses.index(min(losses))
   assert fitted["c"] == grid[kept]
   assert len(losses) == len(grid) or losses[-1] >= losses[-2]
-  x = validation.matrix.toarray()
+  x = rows.matrix.toarray()[start:]
   z = x @ fitted["path_coef"] + fitted["path_intercept"]
   assert losses[kept] == pytest.approx(np.mean(
-      np.log1p(np.exp(z)) - validation.labels * z), rel=1e-9)
-  other = linear_fit.fit_path(train, flipped, grid[:1])
-  first = linear_fit.fit_path(train, validation, grid[:1])
+      np.log1p(np.exp(z)) - labels * z), rel=1e-9)
+  other = linear_fit.fit_path(flipped, start, grid[:1])
+  first = linear_fit.fit_path(rows, start, grid[:1])
   np.testing.assert_allclose(other["path_coef"], first["path_coef"])
 
 
