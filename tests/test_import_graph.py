@@ -87,3 +87,10 @@ def test_a_cycle_through_a_function_level_import_is_found(tmp_path):
   assert _cycle(graph) == ["cyclic.first", "cyclic.second", "cyclic.first"]
   (package / "second.py").write_text("import os\n")
   assert _cycle(_graph(str(tmp_path), ("cyclic",))) is None
+
+
+def test_the_cowclip_maths_imports_no_other_project_module():
+  """cowclip.py is read against the paper alone: its settings are
+  parameters, not the settings module."""
+  graph = _graph(fingerprint.REPO_ROOT, fingerprint.PROJECT_PACKAGES)
+  assert graph["trainer_module.cowclip"] == frozenset()
