@@ -320,7 +320,7 @@ def time_training_step(model_name: str, spec: features.DatasetSpec,
 
   With ``components``, the step's parts are then timed alone (min(steps,
   10) repeats each) and reported as shares of the step. ``callbacks`` join
-  the fit's step timer (docs/step_profile.py traces a few steps).
+  the fit's step timer (docs/scripts/step_profile.py traces a few steps).
   """
   if warmup_steps < 1 or steps < 1:
     raise ValueError(f"warmup_steps and steps must be >= 1, got "

@@ -1,11 +1,11 @@
 """A/B timing of one data-path executor, CPU seconds around its Do() only.
 
 Run it with the code under test first on PYTHONPATH, e.g.:
-  PYTHONPATH=/work/main .venv/bin/python docs/data_ab.py examplegen RAW OUT
-  PYTHONPATH=. .venv/bin/python docs/data_ab.py examplegen RAW OUT
-  PYTHONPATH=. .venv/bin/python docs/data_ab.py transform EXAMPLEGEN_OUT OUT \
+  PYTHONPATH=/work/main .venv/bin/python docs/scripts/data_ab.py examplegen RAW OUT
+  PYTHONPATH=. .venv/bin/python docs/scripts/data_ab.py examplegen RAW OUT
+  PYTHONPATH=. .venv/bin/python docs/scripts/data_ab.py transform EXAMPLEGEN_OUT OUT \
       [MIN_FREQUENCY [stats|analyze-only [tfx]]]
-  PYTHONPATH=. .venv/bin/python docs/data_ab.py statistics EXAMPLEGEN_OUT OUT \
+  PYTHONPATH=. .venv/bin/python docs/scripts/data_ab.py statistics EXAMPLEGEN_OUT OUT \
       [STATS_OPTIONS_JSON [tfx]]
 On a shared machine CPU seconds compare; wall seconds mostly measure the queue.
 """
@@ -27,7 +27,7 @@ _BEAM_ARGS = os.environ.get("DATA_AB_BEAM_ARGS", "").split() or [
     "--runner=FnApiRunner", "--direct_running_mode=in_memory",
     "--direct_num_workers=1"]
 _SCHEMA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
-                           "schema", "criteo")
+                           "..", "schema", "criteo")
 
 
 def cpu_seconds() -> float:
