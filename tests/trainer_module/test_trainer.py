@@ -12,6 +12,7 @@ import tensorflow as tf
 import raw_records
 from components.raw_example_gen import example_encoding
 from trainer_module import callbacks
+from trainer_module import in_memory
 from trainer_module import input_pipeline
 from trainer_module import model_building
 from trainer_module import scaling
@@ -260,7 +261,7 @@ def test_whole_split_is_both_parts_reshuffled_every_pass():
                 "b": np.arange(start, start + rows) * 10}
     labels = (np.arange(start, start + rows) % 2).astype(np.float32)
     weights = np.full(rows, 2.0, np.float32)
-    return input_pipeline.load_in_memory(tf.data.Dataset.from_tensor_slices(
+    return in_memory.load_in_memory(tf.data.Dataset.from_tensor_slices(
         (features, labels, weights)).batch(16), rows)
 
   train, validation = part(0, 40), part(40, 10)
