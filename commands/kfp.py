@@ -38,9 +38,9 @@ def config_from_args(args: argparse.Namespace) -> PipelineConfig:
       environment_type=args.environment_type,
       environment_config=args.environment_config)
   config = flags.config_from_args(args)
-  extra = tuple(vars(args).get("beam_args", ()))  # Only the user's.
+  given = vars(args).get("beam_args", ())  # Only the user's.
   return dataclasses.replace(config, runner=dataclasses.replace(
-      config.runner, beam_args=beam_args + extra))
+      config.runner, beam_args=config_lib.add_beam_args(beam_args, given)))
 
 
 def _compile(args: argparse.Namespace) -> int:
