@@ -59,6 +59,16 @@ def batch_ids(shape, dtype):
   return tf.constant(IDS.reshape(shape), dtype=dtype)
 
 
+def every_mode_variant_and_ids(test):
+  """Runs `test` eagerly, traced and under XLA, for every variant, ids of
+  rank 1 and 2, int32 and int64."""
+  for name, values in (("dtype", [tf.int32, tf.int64]),
+                       ("shape", [(16,), (8, 2)]),
+                       ("variant", cowclip.VARIANTS), ("mode", MODES)):
+    test = pytest.mark.parametrize(name, values)(test)
+  return test
+
+
 def clip(gradient, embeddings, ids, r=R, zeta=ZETA, variant="paper",
          **kwargs):
   """The adapter with CowClip on (and no L2 unless given)."""
@@ -71,10 +81,7 @@ def test_the_settings_name_the_variants_the_clip_has():
   assert settings.COWCLIP_VARIANTS == cowclip.VARIANTS
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("variant", cowclip.VARIANTS)
-@pytest.mark.parametrize("shape", [(16,), (8, 2)])
-@pytest.mark.parametrize("dtype", [tf.int32, tf.int64])
+@every_mode_variant_and_ids
 def test_dense_matches_reference(mode, variant, shape, dtype):
   rng = np.random.default_rng(0)
   table, grad = make_table(rng), make_dense_grad(rng)
@@ -89,10 +96,7 @@ def test_dense_matches_reference(mode, variant, shape, dtype):
   assert 0 < clipped.sum() < len(np.unique(IDS)), "case must mix both"
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("variant", cowclip.VARIANTS)
-@pytest.mark.parametrize("shape", [(16,), (8, 2)])
-@pytest.mark.parametrize("dtype", [tf.int32, tf.int64])
+@every_mode_variant_and_ids
 def test_slices_match_reference(mode, variant, shape, dtype):
   rng = np.random.default_rng(1)
   table = make_table(rng)
