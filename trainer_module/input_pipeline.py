@@ -14,7 +14,7 @@ initialisation are those of the data trained on.
 import ctypes
 import dataclasses
 import gc
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from absl import logging
 import numpy as np

@@ -1,5 +1,6 @@
 """PipelineConfig: defaults, validation, the settings it hands the components."""
 
+from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.runners import runner as runner_lib
 import pytest
 
@@ -96,6 +97,11 @@ def test_beam_args_are_added_to_the_defaults():
       "--direct_num_workers=2", "--save_main_session")
   assert config_lib.add_beam_args(config_lib.DIRECT_BEAM_ARGS, ()) == (
       config_lib.DIRECT_BEAM_ARGS)
+
+
+def test_the_runner_names_are_beams_own():
+  assert config_lib.BEAM_RUNNER_NAMES == tuple(
+      StandardOptions.KNOWN_RUNNER_NAMES)
 
 
 @pytest.mark.parametrize("runner", [
