@@ -235,25 +235,22 @@ def component_seconds(model: models.CTRModel, features: Mapping[str, object],
              "optimizer": _seconds_per_call(optimizer, repeats),
              "cowclip": 0.0}
   if config.step.cowclip:
-    # CowClip's own work on each deep table's batch rows (cowclip.clip_rows
-    # and its inputs), after the step's shared unique/sum/gather.
+    # CowClip's own work on each deep table's batch rows
+    # (cowclip.clip_gradient_rows), after the adapter's shared
+    # unique/sum/gather (cowclip.distinct_ids, cowclip.gradient_rows).
+    clip_settings = cowclip.ClipSettings(config.r, config.zeta,
+                                         config.step.cowclip_variant)
     rows = []
     for i, (_, deep, _) in enumerate(model.embedding_tables()):
-      unique, position = tf.unique(ids[i])
-      count = tf.size(unique)
-      rows.append((position, count, tf.gather(deep, unique),
-                   tf.math.unsorted_segment_sum(
-                       tf.convert_to_tensor(data_gradients[2 * i].values),
-                       position, count)))
+      distinct = cowclip.distinct_ids(ids[i])
+      rows.append((cowclip.gradient_rows(data_gradients[2 * i], deep,
+                                         distinct, config.l2), distinct))
 
     @tf.function
     def clip():
-      return [cowclip.clip_rows(
-          gradient, tf.math.unsorted_segment_sum(
-              tf.ones_like(position, tf.float32), position, count),
-          tf.norm(weights, axis=-1), config.r, config.zeta,
-          config.step.cowclip_variant).gradient
-              for position, count, weights, gradient in rows]
+      return [cowclip.clip_gradient_rows(gradient, distinct,
+                                         clip_settings).gradient
+              for gradient, distinct in rows]
 
     seconds["cowclip"] = _seconds_per_call(clip, repeats)
   return seconds
@@ -323,7 +320,7 @@ def time_training_step(model_name: str, spec: features.DatasetSpec,
 
   With ``components``, the step's parts are then timed alone (min(steps,
   10) repeats each) and reported as shares of the step. ``callbacks`` join
-  the fit's step timer (docs/step_profile.py traces a few steps).
+  the fit's step timer (docs/scripts/step_profile.py traces a few steps).
   """
   if warmup_steps < 1 or steps < 1:
     raise ValueError(f"warmup_steps and steps must be >= 1, got "

@@ -2,8 +2,9 @@
 
 compile-kubeflow takes `run`'s flags (commands.flags) plus where the pods
 find the data, the image and the Beam runner, and writes the KFP v2 spec
-(pipeline.kubeflow); run-compiled runs such a spec here
-(pipeline.run_compiled).
+(kubeflow.compiler); run-compiled runs such a spec here
+(kubeflow.run_compiled). The commands only parse flags: the Kubeflow code,
+image and README are in kubeflow/.
 """
 
 import argparse
@@ -13,9 +14,9 @@ import sys
 from typing import Any
 
 from commands import flags
+from kubeflow import compiler
+from kubeflow import run_compiled
 from pipeline import config as config_lib
-from pipeline import kubeflow
-from pipeline import run_compiled
 from pipeline import runner
 from pipeline.config import PipelineConfig
 
@@ -37,15 +38,15 @@ def config_from_args(args: argparse.Namespace) -> PipelineConfig:
       environment_type=args.environment_type,
       environment_config=args.environment_config)
   config = flags.config_from_args(args)
-  extra = tuple(vars(args).get("beam_args", ()))  # Only the user's.
+  given = vars(args).get("beam_args", ())  # Only the user's.
   return dataclasses.replace(config, runner=dataclasses.replace(
-      config.runner, beam_args=beam_args + extra))
+      config.runner, beam_args=config_lib.add_beam_args(beam_args, given)))
 
 
 def _compile(args: argparse.Namespace) -> int:
   config = config_from_args(args)
-  spec = kubeflow.compile_pipeline(config, args.image, args.for_local_run)
-  kubeflow.write_pipeline_spec(spec, args.spec_file)
+  spec = compiler.compile_pipeline(config, args.image, args.for_local_run)
+  compiler.write_pipeline_spec(spec, args.spec_file)
   gpus = (f"{config.runner.gpus} x {config.runner.gpu_type}"
           if config.runner.gpus else "none")
   print(f"wrote {args.spec_file}: KFP v2 pipeline spec "

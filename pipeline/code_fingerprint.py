@@ -19,7 +19,8 @@ from typing import Any, FrozenSet, Iterable, List, Optional, Sequence
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The project's own top-level packages: imports of anything else are
 # third-party and leave the project's import graph.
-PROJECT_PACKAGES = ("commands", "components", "pipeline", "trainer_module")
+PROJECT_PACKAGES = ("commands", "components", "kubeflow", "pipeline",
+                    "trainer_module")
 # The execution property that carries the fingerprint.
 CODE_FINGERPRINT = "code_fingerprint"
 

@@ -9,7 +9,7 @@ import dataclasses
 import functools
 import gzip
 import os
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, Optional, Sequence
 from typing import Tuple
 
 from pipeline.code_fingerprint import REPO_ROOT
@@ -32,6 +32,15 @@ BEAM_ENVIRONMENTS = ("DOCKER", "EXTERNAL", "PROCESS", "LOOPBACK")
 # so runs would differ between machines.
 DIRECT_BEAM_ARGS = ("--runner=FnApiRunner", "--direct_running_mode=in_memory",
                     "--direct_num_workers=1")
+# The runners Beam takes by a short name in --runner, case aside, with or
+# without "Runner": its StandardOptions.KNOWN_RUNNER_NAMES (a test checks),
+# written out so that the config does not import Beam (2 s). Any other,
+# Dask's for one, by its class's dotted path.
+BEAM_RUNNER_NAMES = ("DataflowRunner", "BundleBasedDirectRunner",
+                     "DirectRunner", "SwitchingDirectRunner",
+                     "InteractiveRunner", "FlinkRunner", "FnApiRunner",
+                     "PortableRunner", "PrismRunner", "SparkRunner",
+                     "TestDirectRunner", "TestDataflowRunner")
 
 # The Kubernetes resource NVIDIA's device plugin exposes. The KFP v2 driver
 # copies the accelerator type verbatim into the pod's resource limits.
@@ -156,6 +165,37 @@ class GateSettings:
       raise ValueError(f"max_pd (--max-pd) must be > 0, got {self.max_pd}")
 
 
+def _beam_flag(arg: str) -> str:
+  """'--name' of a Beam argument '--name=value'."""
+  return arg.split("=", 1)[0]
+
+
+def add_beam_args(defaults: Sequence[str], given: Sequence[str]
+                 ) -> Tuple[str, ...]:
+  """`defaults` with the `given` Beam arguments added after them; a given
+  value of a flag the defaults set replaces the default's."""
+  flags = {_beam_flag(arg) for arg in given}
+  return tuple(arg for arg in defaults
+               if _beam_flag(arg) not in flags) + tuple(given)
+
+
+def check_beam_runner(beam_args: Sequence[str]) -> None:
+  """Refuses a --runner Beam would not find, naming the names it takes
+  (Beam's own message comes only when the first component runs)."""
+  known = {name.lower() for name in BEAM_RUNNER_NAMES}
+  for arg in beam_args:
+    if _beam_flag(arg) != "--runner":
+      continue
+    runner = arg.partition("=")[2]
+    if ("." not in runner and runner.lower() not in known and
+        runner.lower() + "runner" not in known):
+      raise ValueError(
+          f"unknown Beam runner {runner!r} in {arg}: Beam takes these by "
+          f"name: {', '.join(BEAM_RUNNER_NAMES)}; any other by its class's "
+          "dotted path, e.g. --runner=apache_beam.runners.dask.dask_runner."
+          "DaskRunner")
+
+
 @dataclasses.dataclass(frozen=True)
 class RunnerSettings:
   """Where the pipeline runs.
@@ -172,8 +212,10 @@ class RunnerSettings:
       "beam", "beam: BeamDagRunner; local: LocalDagRunner", choices=RUNNERS,
       flag="--runner")
   beam_args: Tuple[str, ...] = options.option(
-      DIRECT_BEAM_ARGS, "extra Beam pipeline argument (repeatable), e.g. "
-      "--beam-arg=--direct_num_workers=2", flag="--beam-arg", repeat=True)
+      DIRECT_BEAM_ARGS, "a Beam pipeline argument added to the defaults; "
+      "one of a flag they set replaces it (repeatable), e.g. "
+      "--beam-arg=--direct_num_workers=2", flag="--beam-arg", repeat=True,
+      add=add_beam_args)
   schema_root: str = SCHEMA_ROOT
   local_metadata: bool = True
   gpus: int = options.option(0, "GPUs the Trainer's pod requests")
@@ -183,6 +225,7 @@ class RunnerSettings:
   def __post_init__(self):
     options.check_choices(self)
     object.__setattr__(self, "beam_args", tuple(self.beam_args))
+    check_beam_runner(self.beam_args)
     if self.gpus < 0:
       raise ValueError(f"gpus must be >= 0, got {self.gpus}")
     if self.gpus and not self.gpu_type:

@@ -48,7 +48,7 @@ TUNER_FN = "trainer_module.tuner.tuner_fn"
 BASELINE_ID = "latest_pushed_model"
 # Nodes that read state outside ML Metadata (the serving directory): a cached
 # result would be stale, so no runner may reuse one. TFX caches per pipeline;
-# `local_ir` and pipeline.kubeflow switch these nodes off one by one.
+# `local_ir` and kubeflow.compiler switch these nodes off one by one.
 UNCACHED_NODES = (BASELINE_ID,)
 
 # StatisticsGen reads about this many rows of a bigger input (see

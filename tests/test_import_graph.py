@@ -60,15 +60,26 @@ def test_the_project_has_no_import_cycle():
   assert _cycle(graph) is None, " -> ".join(_cycle(graph))
 
 
-def test_only_the_entry_point_imports_the_commands():
-  """pipeline, components and trainer_module stand without the tools;
-  `python -m pipeline` (pipeline/__main__.py) is the CLI's entry point."""
+# The rooms, top to bottom: a module imports its own room's and those below.
+# kubeflow/ (compiler, local executor of compiled specs) sits on the
+# pipeline it compiles, under the commands that parse its flags.
+LAYERS = ("commands", "kubeflow", "pipeline", "components", "trainer_module")
+# `python -m pipeline` (pipeline/__main__.py) is the CLI's entry point.
+ENTRY_POINT = "pipeline.__main__"
+
+
+def test_nothing_imports_up_the_stack():
+  """Each room stands without the rooms above it: pipeline, components and
+  trainer_module without the tools and Kubeflow, and so on down."""
   graph = _graph(fingerprint.REPO_ROOT, fingerprint.PROJECT_PACKAGES)
-  upward = {module: sorted(i for i in imported if i.startswith("commands."))
-            for module, imported in graph.items()
-            if not module.startswith("commands")}
+  assert set(LAYERS) == set(fingerprint.PROJECT_PACKAGES)
+  rank = {room: i for i, room in enumerate(LAYERS)}
+  room = lambda module: rank[module.split(".")[0]]
+  upward = {module: sorted(i for i in imported if room(i) < room(module))
+            for module, imported in graph.items()}
   assert {m: i for m, i in upward.items() if i} == {
-      "pipeline.__main__": ["commands.cli", "commands.import_output"]}
+      ENTRY_POINT: ["commands.cli", "commands.import_output"]}
+  assert "kubeflow.compiler" in graph["commands.kfp"]
 
 
 def test_a_cycle_through_a_function_level_import_is_found(tmp_path):
@@ -87,3 +98,10 @@ def test_a_cycle_through_a_function_level_import_is_found(tmp_path):
   assert _cycle(graph) == ["cyclic.first", "cyclic.second", "cyclic.first"]
   (package / "second.py").write_text("import os\n")
   assert _cycle(_graph(str(tmp_path), ("cyclic",))) is None
+
+
+def test_the_cowclip_maths_imports_no_other_project_module():
+  """cowclip.py is read against the paper alone: its settings are
+  parameters, not the settings module."""
+  graph = _graph(fingerprint.REPO_ROOT, fingerprint.PROJECT_PACKAGES)
+  assert graph["trainer_module.cowclip"] == frozenset()

@@ -32,9 +32,14 @@ gradient is a sum over the examples that hold its id (the "reference"
 variant below is exactly AGC's form times cnt_k).
 
 Code shape, as optax's clipping transforms: ``clip_rows`` is the pure row
-clip (rows, counts, norms in; clipped rows out) and ``gradient_rows`` the
-adapter that turns a dense or IndexedSlices table gradient into those rows;
-``clip_embedding_gradient`` composes the two.
+clip (rows, counts, norms in; clipped rows out). ``table_gradient`` is the
+one adapter, the entry point the training step calls for every embedding
+table: from a lookup's gradient and the field's ids deduplicated once
+(``distinct_ids``, shared by the field's tables) it builds the rows of the
+batch's ids with the L2 gradient (``gradient_rows``), clips them
+(``clip_gradient_rows``: counts, optionally importance-weighted, row norms
+and ``clip_rows``) and returns the table's gradient, dense or sparse. The
+module imports no other project module: the caller passes the settings.
 
 Variants. "paper" is the formula printed in the paper. "reference" follows the
 authors' public code (bytedance/LargeBatchCTR, train.py + clip.py): it passes
@@ -45,168 +50,222 @@ reproduced: the reference's dense path treats absent ids as cnt = 1 and clips
 their rows too; here absent rows are never touched (with an L2 gradient
 2 * l2 * W_k that only matters when 2 * l2 > r).
 
-The gradient to pass is the one tf.GradientTape gives for the loss as Keras
-computes it: the mean-over-batch data loss plus the L2 regularisation term.
-The thresholds apply to that sum as is, like the reference does.
+The gradient clipped is the one of the loss as Keras computes it: the
+mean-over-batch data loss plus the L2 regularisation term. The thresholds
+apply to that sum as is, like the reference does.
 
-Both paths run eagerly, in tf.function and with jit_compile=True (XLA). The
-dense path has static shapes and costs O(V * d) per table. The IndexedSlices
-path costs O(N * d) plus an O(V) id count, and its output has a data-dependent
-row count (tf.unique): XLA compiles it as a bounded dynamic shape [<= N], which
-works when the indices come from the batch as in training; with indices that
-are compile-time constants, TF constant folding and XLA disagree on that size
-and compilation fails. Densifying the gradient (tf.convert_to_tensor) and using
-the dense path is the fully static alternative.
+Every function runs eagerly, in tf.function and with jit_compile=True (XLA):
+tf.unique's output has a data-dependent row count, which XLA compiles as a
+bounded dynamic shape [<= N] when the ids come from the batch as in
+training; with ids that are compile-time constants, TF constant folding and
+XLA disagree on that size and compilation fails. The work is O(N * d) per
+table, plus one [V, d] pass for a dense result.
 """
 
+import dataclasses
 import math
-from typing import NamedTuple, Optional, Union
+from typing import Callable, Dict, NamedTuple, Optional, Union
 
 import tensorflow as tf
-
-from trainer_module import settings
-
-VARIANTS = settings.COWCLIP_VARIANTS
 
 Gradient = Union[tf.Tensor, tf.IndexedSlices]
 
 
+def _paper_thresholds(counts, weight_norms, r, zeta, dim):
+  del dim
+  return counts * tf.maximum(r * weight_norms, zeta)
+
+
+def _reference_thresholds(counts, weight_norms, r, zeta, dim):
+  return counts * r * tf.maximum(weight_norms, r * math.sqrt(dim) * zeta)
+
+
+# clip_k of the module docstring, by variant.
+THRESHOLDS: Dict[str, Callable[..., tf.Tensor]] = {
+    "paper": _paper_thresholds, "reference": _reference_thresholds}
+VARIANTS = tuple(THRESHOLDS)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClipSettings:
+  """CowClip's hyperparameters, checked once when made.
+
+  Attributes:
+    r: ratio of the weight norm allowed as gradient norm per occurrence.
+    zeta: lower bound of the per-occurrence threshold.
+    variant: the threshold formula, one of VARIANTS.
+  """
+  r: float
+  zeta: float
+  variant: str = "paper"
+
+  def __post_init__(self):
+    if self.variant not in VARIANTS:
+      raise ValueError(f"unknown CowClip variant {self.variant!r}; choose "
+                       f"one of {VARIANTS}")
+    if not (self.r >= 0 and self.zeta >= 0):
+      raise ValueError(f"CowClip needs r >= 0 and zeta >= 0, got r={self.r}, "
+                       f"zeta={self.zeta}")
+
+
 class ClipResult(NamedTuple):
-  """A clipped gradient and how many of the batch's ids it clipped.
+  """Clipped gradient rows and how many of the batch's ids they clipped.
 
   ``clipped / batch_ids`` over training is the share of id updates CowClip
   changed: whether the clip acts at all on a dataset, at a batch size, is
   the first thing to know when judging it.
   """
-  gradient: Gradient
+  gradient: tf.Tensor  # the clipped [n, d] rows
   clipped: tf.Tensor  # distinct ids of the batch whose row was clipped
   batch_ids: tf.Tensor  # distinct ids of the batch (rows with cnt > 0)
 
 
-def id_counts(ids: tf.Tensor, vocab_size: Union[int, tf.Tensor],
-              dtype: tf.DType = tf.float32) -> tf.Tensor:
-  """Occurrences of every id of [0, vocab_size) in ``ids``, as a [V] vector.
-
-  A fixed-size bincount (segment sum over V rows), so it compiles with XLA
-  and any id can be looked up with a gather.
-
-  Args:
-    ids: integer ids, any shape.
-    vocab_size: V, the number of rows of the embedding table.
-    dtype: dtype of the counts.
-
-  Returns:
-    A [vocab_size] tensor of counts.
-  """
-  flat = tf.reshape(ids, [-1])
-  return tf.math.unsorted_segment_sum(
-      tf.ones_like(flat, dtype=dtype), flat, vocab_size)
-
-
-class GradientRows(NamedTuple):
-  """One table's gradient as rows, with what the clip needs per row.
+class DistinctIds(NamedTuple):
+  """A field's ids in the batch, deduplicated once for all its tables.
 
   Attributes:
-    rows: [n, d] gradient rows (each the sum over its id's slices).
-    counts: [n] occurrences of each row's id in the batch (0: absent).
-    weight_norms: [n] ||W_k|| of each row's embedding.
-    indices: [n] table rows of a sparse gradient (None: dense, n = V).
+    ids: [n] the distinct ids (tf.unique order): the rows updated.
+    position: [N] each occurrence's index into ``ids``.
+    weights: [N] each occurrence's importance weight (None: 1 each).
   """
-  rows: tf.Tensor
-  counts: tf.Tensor
-  weight_norms: tf.Tensor
-  indices: Optional[tf.Tensor]
+  ids: tf.Tensor
+  position: tf.Tensor
+  weights: Optional[tf.Tensor]
 
 
-def gradient_rows(gradient: Gradient, embeddings, ids: tf.Tensor
-                 ) -> GradientRows:
-  """The adapter: a dense [V, d] or IndexedSlices gradient as GradientRows.
+def distinct_ids(ids: tf.Tensor, weights: Optional[tf.Tensor] = None
+                ) -> DistinctIds:
+  """One tf.unique of a field's batch ids (any shape, flattened).
 
-  Dense: every row of the table, counts over the vocabulary. IndexedSlices:
-  one row per distinct index (tf.unique order), its slices summed (the norm
-  is that of the summed row), counts and norms gathered for those rows only.
+  With importance ``weights`` (one per id), an id's count is the sum of its
+  examples' weights: its count in the batch where each example appears
+  weight times, which a weighted-mean loss stands for.
 
   Raises:
-    ValueError: non-integer ids, or shapes of gradient and embeddings that
-      do not match.
+    ValueError: non-integer ids.
   """
   ids = tf.convert_to_tensor(ids)
   if not ids.dtype.is_integer:
     raise ValueError(f"CowClip ids must be integers, got dtype {ids.dtype}")
+  distinct, position = tf.unique(tf.reshape(ids, [-1]))
+  return DistinctIds(distinct, position,
+                     None if weights is None else tf.reshape(weights, [-1]))
+
+
+class GradientRows(NamedTuple):
+  """One table's gradient on the batch's distinct ids.
+
+  Attributes:
+    rows: [n, d] gradient rows (each the sum over its id's slices, plus the
+      L2 gradient 2 * l2 * W_k).
+    weights: [n, d] the table's rows W_k of those ids.
+  """
+  rows: tf.Tensor
+  weights: tf.Tensor
+
+
+def gradient_rows(gradient: Gradient, embeddings, ids: DistinctIds,
+                  l2: float = 0.0) -> GradientRows:
+  """A lookup's gradient as one row per distinct id, with the L2 gradient.
+
+  ``gradient`` is the gradient of a lookup of ``embeddings`` by the field's
+  ids: a tf.IndexedSlices with one slice per id, in the ids' order (what
+  tf.GradientTape gives), or a dense [V, d] tensor.
+
+  Raises:
+    ValueError: shapes of gradient, embeddings and ids that do not match.
+  """
   table_shape = tf.TensorShape(embeddings.shape)
   if table_shape.rank != 2 or table_shape[1] is None:
     raise ValueError("CowClip embeddings must be a [V, d] table with known d, "
                      f"got shape {table_shape}")
-  dim = table_shape[1]
-  vocab_size = tf.shape(embeddings)[0]
+  weights = tf.gather(embeddings, ids.ids)
   if isinstance(gradient, tf.IndexedSlices):
-    if not gradient.values.shape[-1:].is_compatible_with([dim]):
+    if not gradient.values.shape.is_compatible_with(
+        ids.position.shape.concatenate(table_shape[1:])):
       raise ValueError(f"CowClip gradient slices have shape "
-                       f"{gradient.values.shape}, embeddings {table_shape}")
-    unique_ids, position = tf.unique(gradient.indices)
-    rows = tf.math.unsorted_segment_sum(gradient.values, position,
-                                        tf.size(unique_ids))
-    rows.set_shape([None, dim])
-    return GradientRows(
-        rows, tf.gather(id_counts(ids, vocab_size, rows.dtype), unique_ids),
-        tf.norm(tf.gather(embeddings, unique_ids), axis=-1), unique_ids)
-  rows = tf.convert_to_tensor(gradient)
-  if not rows.shape.is_compatible_with(table_shape):
-    raise ValueError(f"CowClip dense gradient has shape {rows.shape}, "
-                     f"embeddings {table_shape}")
-  return GradientRows(rows, id_counts(ids, vocab_size, rows.dtype),
-                      tf.norm(embeddings, axis=-1), None)
+                       f"{gradient.values.shape}: it needs one slice of "
+                       f"embeddings {table_shape} per id, "
+                       f"{ids.position.shape[0]} ids")
+    rows = tf.math.unsorted_segment_sum(gradient.values, ids.position,
+                                        tf.size(ids.ids))
+  else:
+    if not gradient.shape.is_compatible_with(table_shape):
+      raise ValueError(f"CowClip dense gradient has shape {gradient.shape}, "
+                       f"embeddings {table_shape}")
+    rows = tf.gather(gradient, ids.ids)
+  return GradientRows(rows + (2 * l2) * weights, weights)
 
 
-def clip_embedding_gradient(gradient: Gradient, embeddings, ids: tf.Tensor,
-                            r: float, zeta: float,
-                            variant: str = "paper") -> ClipResult:
-  """Applies CowClip to one embedding table's gradient (see module doc):
-  gradient_rows (the adapter), then clip_rows (the pure row clip).
+def clip_gradient_rows(rows: GradientRows, ids: DistinctIds,
+                       settings: ClipSettings) -> ClipResult:
+  """CowClip's own work on a table's batch rows: the ids' counts
+  (importance-weighted when ``ids`` has weights), the rows' norms and
+  clip_rows."""
+  ones = (tf.ones_like(ids.position, rows.rows.dtype) if ids.weights is None
+          else tf.cast(ids.weights, rows.rows.dtype))
+  counts = tf.math.unsorted_segment_sum(ones, ids.position, tf.size(ids.ids))
+  return clip_rows(rows.rows, counts, tf.norm(rows.weights, axis=-1),
+                   settings.r, settings.zeta, settings.variant)
+
+
+class TableGradient(NamedTuple):
+  """An embedding table's gradient for the optimizer, and what the loss
+  and the logs need.
+
+  Attributes:
+    gradient: dense [V, d], or tf.IndexedSlices with one slice per distinct
+      id of the batch (what Keras 3 optimizers need: Adam squares slice
+      values before summing duplicates).
+    squared_norm: sum(W^2) over the rows the gradient covers (the table,
+      or the batch's rows): the loss's L2 term is l2 times it.
+    clipped, batch_ids: ClipResult's counts (None: not clipped).
+  """
+  gradient: Gradient
+  squared_norm: tf.Tensor
+  clipped: Optional[tf.Tensor]
+  batch_ids: Optional[tf.Tensor]
+
+
+def table_gradient(gradient: Gradient, embeddings, ids: DistinctIds,
+                   l2: float = 0.0, clip: Optional[ClipSettings] = None,
+                   sparse: bool = False) -> TableGradient:
+  """The adapter: a lookup's gradient plus L2, CowClip-clipped, for the
+  optimizer (see the module doc).
 
   Args:
-    gradient: the gradient of ``embeddings``, either a dense [V, d] tensor or
-      a tf.IndexedSlices (as tf.GradientTape returns for embedding lookups;
-      repeated indices allowed, values [N, d]).
+    gradient: the gradient of a lookup of ``embeddings`` by the field's ids
+      (gradient_rows).
     embeddings: the [V, d] table (tf.Variable, keras.Variable or tensor).
-    ids: integer (int32/int64) ids of this field in the batch, any shape.
-    r: ratio of the weight norm allowed as gradient norm per occurrence.
-    zeta: lower bound of the per-occurrence threshold.
-    variant: "paper" or "reference".
+    ids: the field's distinct_ids.
+    l2: the L2 coefficient: the loss holds l2 * sum(W^2), over the whole
+      table (dense) or the batch's rows (sparse).
+    clip: CowClip's settings (None: no clip).
+    sparse: return tf.IndexedSlices on the batch's rows instead of the
+      whole table's gradient.
 
   Returns:
-    A ClipResult (int32 counts) whose gradient is of the same kind as
-    ``gradient``:
-      * dense in -> dense [V, d] out; rows of absent ids unchanged;
-      * tf.IndexedSlices in -> deduplicated tf.IndexedSlices out: one slice
-        per distinct input index (tf.unique order), holding the clipped SUM
-        of that index's slices; same dense_shape. Deduplication is needed
-        anyway (the norm is that of the summed row) and is what Keras 3
-        optimizers need: Adam squares slice values before summing
-        duplicates. Indices absent from ``ids`` keep their summed values.
-
-  Raises:
-    ValueError: unknown variant, negative r or zeta, non-integer ids, or
-      shapes of gradient and embeddings that do not match.
+    A TableGradient. Dense: the gradient with 2 * l2 * W added and the
+    batch's rows replaced by their (clipped) rows; rows outside the batch
+    are never clipped. Sparse: only the batch's rows.
   """
-  check_clip_settings(r, zeta, variant)
-  rows = gradient_rows(gradient, embeddings, ids)
-  result = clip_rows(rows.rows, rows.counts, rows.weight_norms, r, zeta,
-                     variant)
-  if rows.indices is None:
-    return result
-  return result._replace(gradient=tf.IndexedSlices(
-      result.gradient, rows.indices, gradient.dense_shape))
-
-
-def check_clip_settings(r: float, zeta: float, variant: str) -> None:
-  """Raises ValueError for an unknown variant or a negative r or zeta."""
-  if variant not in VARIANTS:
-    raise ValueError(f"unknown CowClip variant {variant!r}; choose one of "
-                     f"{VARIANTS}")
-  if not (r >= 0 and zeta >= 0):
-    raise ValueError(f"CowClip needs r >= 0 and zeta >= 0, got r={r}, "
-                     f"zeta={zeta}")
+  rows = gradient_rows(gradient, embeddings, ids, l2)
+  clipped = batch_ids = None
+  grad_rows = rows.rows
+  if clip is not None:
+    grad_rows, clipped, batch_ids = clip_gradient_rows(rows, ids, clip)
+  if sparse:
+    return TableGradient(
+        tf.IndexedSlices(grad_rows, ids.ids,
+                         tf.shape(embeddings, out_type=ids.ids.dtype)),
+        tf.reduce_sum(tf.square(rows.weights)), clipped, batch_ids)
+  table = tf.convert_to_tensor(embeddings)
+  outside = (2 * l2) * table
+  if not isinstance(gradient, tf.IndexedSlices):
+    outside += gradient
+  return TableGradient(
+      tf.tensor_scatter_nd_update(outside, ids.ids[:, tf.newaxis], grad_rows),
+      tf.reduce_sum(tf.square(table)), clipped, batch_ids)
 
 
 def clip_rows(rows: tf.Tensor, counts: tf.Tensor, weight_norms: tf.Tensor,
@@ -214,17 +273,14 @@ def clip_rows(rows: tf.Tensor, counts: tf.Tensor, weight_norms: tf.Tensor,
   """The pure row clip: CowClip on rows whose counts and norms are known.
 
   A function of its inputs only (no tables, no ids, no tf.unique), like
-  optax's clipping transforms: clip_embedding_gradient feeds it through the
-  gradient_rows adapter, and the training step, which deduplicates the
-  batch's ids once per field and gathers their weight rows once, calls it
-  directly.
+  optax's clipping transforms; clip_gradient_rows feeds it.
 
   Args:
     rows: [n, d] gradient rows (summed over each id's occurrences).
     counts: [n] occurrences in the batch of each row's id (0: absent, the
       row is returned unchanged).
     weight_norms: [n] ||W_k|| of each row's embedding.
-    r, zeta, variant: as in clip_embedding_gradient (not checked here).
+    r, zeta, variant: as in ClipSettings (not checked here).
 
   Returns:
     A ClipResult with the clipped [n, d] rows.
@@ -232,9 +288,9 @@ def clip_rows(rows: tf.Tensor, counts: tf.Tensor, weight_norms: tf.Tensor,
   dim = rows.shape[-1]
   if dim is None:
     raise ValueError("CowClip gradient rows need a known width d")
-  thresholds = _thresholds(tf.cast(counts, rows.dtype),
-                           tf.cast(weight_norms, rows.dtype), r, zeta, dim,
-                           variant)
+  thresholds = THRESHOLDS[variant](tf.cast(counts, rows.dtype),
+                                   tf.cast(weight_norms, rows.dtype), r, zeta,
+                                   dim)
   grad_norms = tf.norm(rows, axis=-1)
   in_batch = counts > 0
   clipped = in_batch & (grad_norms > thresholds)
@@ -243,11 +299,3 @@ def clip_rows(rows: tf.Tensor, counts: tf.Tensor, weight_norms: tf.Tensor,
   return ClipResult(rows * factors[:, tf.newaxis],
                     tf.math.count_nonzero(clipped, dtype=tf.int32),
                     tf.math.count_nonzero(in_batch, dtype=tf.int32))
-
-
-def _thresholds(counts: tf.Tensor, weight_norms: tf.Tensor, r: float,
-                zeta: float, dim: int, variant: str) -> tf.Tensor:
-  """clip_k of the module docstring, per row."""
-  if variant == "paper":
-    return counts * tf.maximum(r * weight_norms, zeta)
-  return counts * r * tf.maximum(weight_norms, r * math.sqrt(dim) * zeta)

@@ -33,6 +33,8 @@ class Option:
       gets --no-field-name).
     none_flag: a second flag that sets the setting to None (no check).
     repeat: the flag may be given several times; the values form a tuple.
+    add: for a repeated flag, (default, the values given) -> the setting:
+      how the values join the default (None: they replace it).
     keys: for a mapping setting, its (key, flag, help) entries: one float
       flag per key, and the mapping holds the keys given.
   """
@@ -43,6 +45,7 @@ class Option:
   flag: Optional[str] = None
   none_flag: Optional[str] = None
   repeat: bool = False
+  add: Optional[Callable[[Any, Any], Any]] = None
   keys: Tuple[Tuple[str, str, str], ...] = ()
 
   def flag_of(self, name: str, default: Any) -> str:
@@ -93,14 +96,19 @@ def from_values(cls: Any, values: Dict[str, Any], **fixed: Any) -> Any:
   """Settings of class `cls` from values named flat, as the flags give
   them: each field takes its value from `values` (removed from it as they
   are used; a mapping with keys also from its keys' names), nested settings
-  are built the same way, and the rest keep their defaults. `fixed` fills
-  the fields of those names at every level (e.g. the dataset)."""
+  are built the same way, and the rest keep their defaults (an option with
+  `add` joins its values to its default). `fixed` fills the fields of those
+  names at every level (e.g. the dataset)."""
   given = {}
   for field in dataclasses.fields(cls):
     if field.name in fixed:
       given[field.name] = fixed[field.name]
     elif field.name in values:  # Given whole (nested settings too).
-      given[field.name] = values.pop(field.name)
+      value = values.pop(field.name)
+      described = field.metadata.get(OPTION)
+      if described is not None and described.add is not None:
+        value = described.add(default_of(field), value)
+      given[field.name] = value
     elif GROUP in field.metadata:
       given[field.name] = from_values(field.metadata[GROUP].settings, values,
                                       **fixed)

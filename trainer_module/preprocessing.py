@@ -109,7 +109,7 @@ def count_bucket_tokens(counts: tf.Tensor) -> tf.Tensor:
 
   A count x > 2 is the bucket 'b<floor(ln(x)^2)>', any other (0, 1, 2,
   the negative codes) its own value 'v<x>': the Criteo winners' transform
-  (and docs/lr_baseline_ab.py's), under which one weight per bucket lets a
+  (and docs/scripts/lr_baseline_ab.py's), under which one weight per bucket lets a
   linear model follow any shape of a count's effect, which one weight on
   log1p(x) cannot. In float64, so a count on a bucket boundary falls where
   NumPy's float64 puts it.

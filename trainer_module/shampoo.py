@@ -178,7 +178,7 @@ class Shampoo(optimizers.GlobalGradients, keras.optimizers.Optimizer):
   """Blocked Shampoo with Adam grafting and momentum (see module doc).
 
   Cost, measured on the DeepFM-sized stack 390 -> 400 -> 400 -> 400 -> 1
-  (docs/shampoo_step_time.py, 2 CPU cores shared with other
+  (docs/scripts/shampoo_step_time.py, 2 CPU cores shared with other
   work): an update without new roots 10-19 ms median (FusedAdam: 0.6 ms),
   a recomputation of the roots ~80 ms more, i.e. ~8 ms per step at
   precondition_every=10. Whole steps at batch 8192 (110-155 ms) did not

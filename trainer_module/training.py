@@ -22,9 +22,9 @@ CowClip paper and its reference implementation (bytedance/LargeBatchCTR) do:
     vocabularies; a different algorithm (rows of absent ids do not move).
 * CowClip: the gradient of every DEEP table (loss + L2 term, as the
   reference clips it) is clipped with the field's ids of the batch
-  (cowclip.clip_rows on the batch's rows: absent rows are never clipped, so
-  that is the whole table's clip). Wide tables and dense weights are not
-  clipped. Both updates work on one row per distinct id (see
+  (cowclip.table_gradient, on the batch's rows: absent rows are never
+  clipped, so that is the whole table's clip). Wide tables and dense
+  weights are not clipped. Both updates work on one row per distinct id (see
   CowClipTrainer.table_gradients) and the dense one applies a fused Adam.
 * Tracked metrics: ``loss`` (the objective above), ``logloss`` (its BCE part,
   the CTR metric) and ``auc``, the same in train_step and test_step. (A
@@ -218,61 +218,38 @@ class CowClipTrainer:
     one slice per example in the order of its field's ids (an embedding
     lookup's gradient), or dense [V, d] tensors.
 
-    One row per distinct id of the batch: each field's ids are deduplicated
-    once (its deep and wide tables share them), the data gradient's slices
-    summed per id, and the batch's weight rows gathered once, for the L2
-    gradient 2 * l2 * W_k and CowClip's row norms; CowClip runs on those
-    rows only (cowclip.clip_rows). Rows of absent ids get no data gradient
-    and no clip, so:
-      * sparse: the result is IndexedSlices on the batch's rows;
-      * dense (the reference): the whole table's 2 * l2 * W with the batch's
-        rows replaced, exactly the full-table gradient of the loss + L2
-        clipped by CowClip, without a [V, d] pass per op.
-
-    With importance ``weights`` ([batch, 1]), CowClip's count of an id is
-    the sum of its examples' weights: its count in the batch where each
-    example appears weight times, which the weighted-mean loss stands for.
+    Each field's ids are deduplicated once, for its deep and wide tables
+    (cowclip.distinct_ids), and every table's gradient comes from the one
+    adapter, cowclip.table_gradient: one row per distinct id with the L2
+    gradient 2 * l2 * W_k, CowClip on the deep tables' rows, then IndexedSlices
+    on the batch's rows (sparse) or the whole table's 2 * l2 * W with the
+    batch's rows replaced (dense, the reference: exactly the full-table
+    gradient of the loss + L2 clipped by CowClip, without a [V, d] pass per
+    op). With importance ``weights`` ([batch, 1]), CowClip's count of an id
+    is the sum of its examples' weights.
 
     Returns:
       (gradients in split_variables' table order, the L2 term of the loss,
       ids clipped, ids in the batch (both summed over the deep tables)).
     """
+    clip = (cowclip.ClipSettings(config.r, config.zeta,
+                                 config.step.cowclip_variant)
+            if config.step.cowclip else None)
+    sparse = config.step.embedding_update == "sparse"
     gradients, squares, clipped, batch_ids = [], [], [], []
-    occurrences = None if weights is None else tf.reshape(weights, [-1])
     data_gradients = iter(data_gradients)  # In split_variables' order.
     for ids, (_, deep, wide) in zip(field_ids, self.embedding_tables()):
-      rows, position = tf.unique(ids)
-      distinct = tf.size(rows)
-      for table, clip in ((deep, config.step.cowclip), (wide, False)):
+      distinct = cowclip.distinct_ids(ids, weights)
+      for table, table_clip in ((deep, clip), (wide, None)):
         if table is None:  # The logistic regression has no deep tables.
           continue
-        data_gradient = next(data_gradients)
-        weights = tf.gather(table, rows)
-        if isinstance(data_gradient, tf.IndexedSlices):
-          grad_rows = tf.math.unsorted_segment_sum(
-              data_gradient.values, position, distinct)
-        else:
-          grad_rows = tf.gather(data_gradient, rows)
-        grad_rows += (2 * config.l2) * weights
-        if clip:
-          counts = tf.math.unsorted_segment_sum(
-              tf.ones_like(position, grad_rows.dtype) if occurrences is None
-              else tf.cast(occurrences, grad_rows.dtype), position, distinct)
-          result = cowclip.clip_rows(
-              grad_rows, counts, tf.norm(weights, axis=-1), config.r,
-              config.zeta, config.step.cowclip_variant)
-          grad_rows = result.gradient
+        result = cowclip.table_gradient(next(data_gradients), table, distinct,
+                                        config.l2, table_clip, sparse)
+        gradients.append(result.gradient)
+        squares.append(result.squared_norm)
+        if table_clip is not None:
           clipped.append(result.clipped)
           batch_ids.append(result.batch_ids)
-        if config.step.embedding_update == "dense":
-          value = tf.convert_to_tensor(table)
-          squares.append(tf.reduce_sum(tf.square(value)))
-          gradients.append(tf.tensor_scatter_nd_update(
-              (2 * config.l2) * value, rows[:, tf.newaxis], grad_rows))
-        else:
-          squares.append(tf.reduce_sum(tf.square(weights)))
-          gradients.append(tf.IndexedSlices(grad_rows, rows,
-                                            tf.shape(table, out_type=rows.dtype)))
     return gradients, config.l2 * tf.add_n(squares), clipped, batch_ids
 
   def _global_table_gradients(self, field_ids, gradients, weights):

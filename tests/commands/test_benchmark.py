@@ -135,7 +135,7 @@ def test_benchmark_command_writes_positive_rates(criteo_file, work_dir,
 
 
 def test_a_timed_case_runs_the_callbacks_it_is_given(criteo_file, work_dir):
-  """Extra callbacks (docs/step_profile.py's profiler) see every step of
+  """Extra callbacks (docs/scripts/step_profile.py's profiler) see every step of
   the timed fit, warm-up included, beside the step timer."""
   class CountSteps(keras.callbacks.Callback):
 

@@ -30,7 +30,10 @@ def test_arguments_become_config():
   assert config.trainer.scaling_rule == "sqrt" and config.runner.dag_runner == "local"
   assert config.trainer.base_hparams["zeta"] == 1e-3
   assert config.trainer.base_hparams["dense_lr"] == 1e-4  # Avazu default kept.
-  assert config.runner.beam_args == ("--direct_num_workers=2",)
+  # Added to the defaults, replacing the default's value of that flag.
+  assert config.runner.beam_args == ("--runner=FnApiRunner",
+                                     "--direct_running_mode=in_memory",
+                                     "--direct_num_workers=2")
   assert config.metadata_path == os.path.join("o", "metadata.sqlite")
 
 
@@ -187,3 +190,22 @@ def test_user_errors_are_one_line_internal_errors_show_the_traceback(
   err = capsys.readouterr().err
   assert "Traceback" in err and "error: internal error: KeyError: 'node'" in err
   assert f"kept under {tmp_path}" in err
+
+
+def test_a_beam_runner_beam_does_not_know_by_name_is_one_line(tmp_path,
+                                                              capsys):
+  """Beam's own refusal (`Unexpected pipeline runner`) would come from
+  inside the first component; the run stops before it, naming the names
+  Beam takes and the dotted path a runner outside them needs."""
+  data = tmp_path / "train.txt"
+  generate.write_synthetic("criteo", 50, 0, str(data))
+  assert _run(tmp_path, data, "--beam-arg=--runner=DaskRunner") == (
+      runner.EXIT_FAILED)
+  err = capsys.readouterr().err
+  assert err.startswith("error: unknown Beam runner 'DaskRunner'")
+  assert "Traceback" not in err and len(err.splitlines()) == 1
+  for name in ("FnApiRunner", "DirectRunner", "DataflowRunner",
+               "PortableRunner", "FlinkRunner", "SparkRunner",
+               "apache_beam.runners.dask.dask_runner.DaskRunner"):
+    assert name in err
+  assert not (tmp_path / "out").exists()

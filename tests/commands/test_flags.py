@@ -88,7 +88,9 @@ SAMPLES = {
     "min_slice_size": ("50", 50),
     "max_pd": ("0.1", 0.1),
     "dag_runner": ("local", "local"),
-    "beam_args": ("--direct_num_workers=2", ("--direct_num_workers=2",)),
+    "beam_args": ("--direct_num_workers=2", (
+        "--runner=FnApiRunner", "--direct_running_mode=in_memory",
+        "--direct_num_workers=2")),
     "gpus": None,  # compile-kubeflow: test_compile_kubeflow.
     "gpu_type": None,
 }

@@ -17,10 +17,10 @@ import pytest
 import yaml
 
 from commands import kfp
+from kubeflow import compiler
+from kubeflow import run_compiled
 from pipeline import config as config_lib
-from pipeline import kubeflow
 from pipeline import pipeline as pipeline_lib
-from pipeline import run_compiled
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
@@ -208,7 +208,7 @@ def test_beam_components_get_the_runner_arguments(spec):
 
 def test_paths_are_the_pods_not_this_checkouts(spec_path, spec):
   assert parameter(spec, "ImportSchemaGen", "schema_file") == (
-      kubeflow.CONTAINER_SCHEMA_ROOT + "/criteo/schema.pbtxt")
+      compiler.CONTAINER_SCHEMA_ROOT + "/criteo/schema.pbtxt")
   assert parameter(spec, "RawCtrExampleGen", "input_base") == (
       "gs://bucket/criteo")
   with open(spec_path, encoding="utf-8") as spec_file:
@@ -355,7 +355,7 @@ def test_dockerfile_beam_boot_matches_the_pinned_beam():
 def test_dockerfile_installs_the_project_with_the_constraints():
   instructions = dockerfile()
   workdir = [args for op, args in instructions if op == "WORKDIR"][-1]
-  assert workdir == kubeflow.CONTAINER_REPO_ROOT
+  assert workdir == compiler.CONTAINER_REPO_ROOT
   copied = {}
   for op, args in instructions:
     if op == "COPY" and not args.startswith("--from"):
@@ -368,10 +368,11 @@ def test_dockerfile_installs_the_project_with_the_constraints():
     assert copied[source] == f"{workdir}/{source}"
   # Every package pyproject.toml installs, and the schemas at the path the
   # compiled spec reads.
-  for package in ("pipeline", "commands", "components", "trainer_module"):
+  for package in ("pipeline", "commands", "components", "trainer_module",
+                  "kubeflow"):
     assert copied[package] == f"{workdir}/{package}"
     assert os.path.isdir(os.path.join(REPO, package))
-  assert copied["schema"] == kubeflow.CONTAINER_SCHEMA_ROOT
+  assert copied["schema"] == compiler.CONTAINER_SCHEMA_ROOT
   runs = " && ".join(args for op, args in instructions if op == "RUN")
   assert re.search(r"pip install .*--constraint constraints\.txt \.(\s|$)",
                    runs)
@@ -394,9 +395,9 @@ def test_a_spec_for_a_local_run_is_the_clusters_but_for_paths(spec_path,
   compile_to(local, [*local_args, "--for-local-run"])
   with open(local, encoding="utf-8") as local_file:
     text = local_file.read()
-  assert kubeflow.CONTAINER_SCHEMA_ROOT not in text
+  assert compiler.CONTAINER_SCHEMA_ROOT not in text
   text = (text.replace(root, ROOT).replace(data, "gs://bucket/criteo")
           .replace(os.path.join(REPO, "schema"),
-                   kubeflow.CONTAINER_SCHEMA_ROOT))
+                   compiler.CONTAINER_SCHEMA_ROOT))
   with open(spec_path, encoding="utf-8") as spec_file:
     assert yaml.safe_load(text) == yaml.safe_load(spec_file)

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from commands import cli
-from pipeline import run_compiled
+from kubeflow import run_compiled
 from pipeline import runner
 
 ARTIFACT = {"schemaTitle": "system.Dataset"}

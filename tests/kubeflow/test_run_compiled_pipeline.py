@@ -20,9 +20,9 @@ import tensorflow_model_analysis as tfma
 
 from commands import generate
 from commands import kfp
+from kubeflow import run_compiled
 from pipeline import metadata as metadata_lib
 from pipeline import pipeline as pipeline_lib
-from pipeline import run_compiled
 from trainer_module import features
 
 pytestmark = pytest.mark.slow

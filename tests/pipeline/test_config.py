@@ -1,5 +1,7 @@
 """PipelineConfig: defaults, validation, the settings it hands the components."""
 
+from apache_beam.options.pipeline_options import StandardOptions
+from apache_beam.runners import runner as runner_lib
 import pytest
 
 from pipeline import config as config_lib
@@ -82,3 +84,45 @@ def test_config_holds_the_trainers_typed_settings():
   read_back = config_lib.settings.TrainerSettings.from_custom_config(
       config.trainer_config)
   assert read_back == settings
+
+
+def test_beam_args_are_added_to_the_defaults():
+  """--beam-arg adds to the default arguments; a value of a flag they set
+  replaces the default's."""
+  config = config_lib.PipelineConfig.from_fields(
+      dataset="criteo", data="d", output="o",
+      beam_args=("--direct_num_workers=2", "--save_main_session"))
+  assert config.runner.beam_args == (
+      "--runner=FnApiRunner", "--direct_running_mode=in_memory",
+      "--direct_num_workers=2", "--save_main_session")
+  assert config_lib.add_beam_args(config_lib.DIRECT_BEAM_ARGS, ()) == (
+      config_lib.DIRECT_BEAM_ARGS)
+
+
+def test_the_runner_names_are_beams_own():
+  assert config_lib.BEAM_RUNNER_NAMES == tuple(
+      StandardOptions.KNOWN_RUNNER_NAMES)
+
+
+@pytest.mark.parametrize("runner", [
+    "FnApiRunner", "DirectRunner", "direct", "dataflowrunner", "Flink",
+    "SparkRunner", "PortableRunner", "PrismRunner",
+    "apache_beam.runners.dask.dask_runner.DaskRunner"])
+def test_the_runner_names_beam_takes_are_accepted(runner):
+  config = config_lib.PipelineConfig.from_fields(
+      dataset="criteo", data="d", output="o",
+      beam_args=(f"--runner={runner}",))
+  assert config.runner.beam_args[-1] == f"--runner={runner}"
+
+
+@pytest.mark.parametrize("runner", ["DaskRunner", "Dask", "Flinkrunners"])
+def test_a_runner_name_beam_refuses_is_refused_first(runner):
+  """The names accepted are Beam's own: what it refuses, Beam's
+  create_runner refuses too."""
+  with pytest.raises(ValueError) as beam_error:
+    runner_lib.create_runner(runner)
+  assert "Unexpected pipeline runner" in str(beam_error.value)
+  with pytest.raises(ValueError, match=f"unknown Beam runner '{runner}'"):
+    config_lib.PipelineConfig.from_fields(
+        dataset="criteo", data="d", output="o",
+        beam_args=(f"--runner={runner}",))

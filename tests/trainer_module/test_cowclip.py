@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from cowclip_reference import reference_clip
 from trainer_module import cowclip
+from trainer_module import settings
 
 VOCAB, DIM = 12, 4
 # Counts: 0 x4, 1 x2, 2 x2, 3 x1, 5 x2, 6 x1, 7 x2, 8 x1, 9 x1;
@@ -15,24 +17,6 @@ ZERO_GRAD = 5  # present twice, zero gradient row (cancelling slices).
 ABSENT = (4, 10, 11)
 R, ZETA = 1.0, 0.05
 MODES = ("eager", "function", "xla")
-
-
-def reference_clip(grad, table, ids, r, zeta, variant):
-  """The formula of the module docstring, one id at a time."""
-  out = grad.astype(np.float64)
-  flat = np.asarray(ids).reshape(-1)
-  dim = table.shape[1]
-  for k in np.unique(flat):
-    cnt = np.sum(flat == k)
-    w_norm = np.linalg.norm(table[k].astype(np.float64))
-    if variant == "paper":
-      clip = cnt * max(r * w_norm, zeta)
-    else:
-      clip = cnt * r * max(w_norm, r * np.sqrt(dim) * zeta)
-    g_norm = np.linalg.norm(out[k])
-    if g_norm > 0:
-      out[k] *= min(1.0, clip / g_norm)
-  return out
 
 
 def make_table(rng):
@@ -51,13 +35,12 @@ def make_dense_grad(rng):
 
 
 def make_slices(rng):
-  """One slice per occurrence, plus a slice of an id absent from the batch."""
-  indices = np.concatenate([IDS, [ABSENT[1]]])
-  values = rng.normal(0.0, 1.0, (len(indices), DIM))
-  values *= 10.0 ** rng.uniform(-2.0, 1.0, (len(indices), 1))
-  first, second = np.flatnonzero(indices == ZERO_GRAD)
+  """A lookup's gradient: one slice per occurrence, in the ids' order."""
+  values = rng.normal(0.0, 1.0, (len(IDS), DIM))
+  values *= 10.0 ** rng.uniform(-2.0, 1.0, (len(IDS), 1))
+  first, second = np.flatnonzero(IDS == ZERO_GRAD)
   values[second] = -values[first]
-  return values.astype(np.float32), indices
+  return values.astype(np.float32), IDS
 
 
 def densify(values, indices):
@@ -76,17 +59,35 @@ def batch_ids(shape, dtype):
   return tf.constant(IDS.reshape(shape), dtype=dtype)
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("variant", cowclip.VARIANTS)
-@pytest.mark.parametrize("shape", [(16,), (8, 2)])
-@pytest.mark.parametrize("dtype", [tf.int32, tf.int64])
+def every_mode_variant_and_ids(test):
+  """Runs `test` eagerly, traced and under XLA, for every variant, ids of
+  rank 1 and 2, int32 and int64."""
+  for name, values in (("dtype", [tf.int32, tf.int64]),
+                       ("shape", [(16,), (8, 2)]),
+                       ("variant", cowclip.VARIANTS), ("mode", MODES)):
+    test = pytest.mark.parametrize(name, values)(test)
+  return test
+
+
+def clip(gradient, embeddings, ids, r=R, zeta=ZETA, variant="paper",
+         **kwargs):
+  """The adapter with CowClip on (and no L2 unless given)."""
+  return cowclip.table_gradient(
+      gradient, embeddings, cowclip.distinct_ids(ids),
+      clip=cowclip.ClipSettings(r, zeta, variant), **kwargs)
+
+
+def test_the_settings_name_the_variants_the_clip_has():
+  assert settings.COWCLIP_VARIANTS == cowclip.VARIANTS
+
+
+@every_mode_variant_and_ids
 def test_dense_matches_reference(mode, variant, shape, dtype):
   rng = np.random.default_rng(0)
   table, grad = make_table(rng), make_dense_grad(rng)
   variable = tf.Variable(table)
-  got = run(mode, lambda g, i: cowclip.clip_embedding_gradient(
-      g, variable, i, R, ZETA, variant).gradient, tf.constant(grad),
-            batch_ids(shape, dtype))
+  got = run(mode, lambda g, i: clip(g, variable, i, variant=variant).gradient,
+            tf.constant(grad), batch_ids(shape, dtype))
   want = reference_clip(grad, table, IDS, R, ZETA, variant)
   np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-8)
   for k in ABSENT:  # untouched, although nonzero
@@ -95,22 +96,18 @@ def test_dense_matches_reference(mode, variant, shape, dtype):
   assert 0 < clipped.sum() < len(np.unique(IDS)), "case must mix both"
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("variant", cowclip.VARIANTS)
-@pytest.mark.parametrize("shape", [(16,), (8, 2)])
-@pytest.mark.parametrize("dtype", [tf.int32, tf.int64])
+@every_mode_variant_and_ids
 def test_slices_match_reference(mode, variant, shape, dtype):
   rng = np.random.default_rng(1)
   table = make_table(rng)
   values, indices = make_slices(rng)
 
-  def clip(v, i, ids):
-    out = cowclip.clip_embedding_gradient(
-        tf.IndexedSlices(v, i, tf.constant([VOCAB, DIM])), tf.constant(table),
-        ids, R, ZETA, variant).gradient
+  def sparse_clip(v, i, ids):
+    out = clip(tf.IndexedSlices(v, i, tf.constant([VOCAB, DIM])),
+               tf.constant(table), ids, variant=variant, sparse=True).gradient
     return out.values, out.indices
 
-  got_values, got_indices = run(mode, clip, tf.constant(values),
+  got_values, got_indices = run(mode, sparse_clip, tf.constant(values),
                                 tf.constant(indices, dtype=dtype),
                                 batch_ids(shape, dtype))
   got_indices = got_indices.numpy()
@@ -119,8 +116,6 @@ def test_slices_match_reference(mode, variant, shape, dtype):
   np.testing.assert_allclose(densify(got_values.numpy(), got_indices), want,
                              rtol=1e-5, atol=1e-8)
   np.testing.assert_array_equal(want[ZERO_GRAD], 0.0)
-  absent = got_values.numpy()[list(got_indices).index(ABSENT[1])]
-  np.testing.assert_array_equal(absent, values[-1])
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -141,14 +136,13 @@ def test_counts_the_batch_ids_and_the_clipped_ones(mode, kind):
                                         rtol=1e-6).all(axis=1)))
   assert 0 < want_clipped < len(present), "case must mix both"
 
-  def clip(ids, *parts):
+  def counts(ids, *parts):
     gradient = (parts[0] if len(parts) == 1 else
                 tf.IndexedSlices(*parts, tf.constant([VOCAB, DIM])))
-    result = cowclip.clip_embedding_gradient(gradient, tf.constant(table),
-                                             ids, R, ZETA)
+    result = clip(gradient, tf.constant(table), ids)
     return result.clipped, result.batch_ids
 
-  clipped, batch = run(mode, clip, batch_ids((16,), tf.int64), *parts)
+  clipped, batch = run(mode, counts, batch_ids((16,), tf.int64), *parts)
   assert (int(clipped), int(batch)) == (want_clipped, len(present))
 
 
@@ -160,13 +154,72 @@ def test_slices_equal_dense_path(variant):
   slices = tf.IndexedSlices(tf.constant(values), tf.constant(indices),
                             tf.constant([VOCAB, DIM]))
   ids = tf.constant(IDS)
-  sparse = cowclip.clip_embedding_gradient(slices, table, ids, R, ZETA,
-                                           variant).gradient
-  dense = cowclip.clip_embedding_gradient(
-      tf.convert_to_tensor(slices), table, ids, R, ZETA, variant).gradient
+  sparse = clip(slices, table, ids, variant=variant, sparse=True).gradient
+  dense = clip(slices, table, ids, variant=variant).gradient
+  from_dense = clip(tf.convert_to_tensor(slices), table, ids,
+                    variant=variant).gradient
   assert isinstance(sparse, tf.IndexedSlices)
   np.testing.assert_allclose(tf.convert_to_tensor(sparse).numpy(),
                              dense.numpy(), rtol=1e-6, atol=1e-9)
+  np.testing.assert_allclose(from_dense.numpy(), dense.numpy(), rtol=1e-6,
+                             atol=1e-9)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_l2_gradient_is_added_before_the_clip(sparse):
+  """The loss's l2 * sum(W^2): its gradient 2 * l2 * W_k joins each batch
+  row before CowClip; a dense result holds 2 * l2 * W on the other rows.
+  The squared norm is the table's (dense) or the batch rows' (sparse)."""
+  rng = np.random.default_rng(7)
+  table = make_table(rng)
+  values, indices = make_slices(rng)
+  l2 = 0.3
+  got = clip(tf.IndexedSlices(tf.constant(values), tf.constant(indices),
+                              tf.constant([VOCAB, DIM])),
+             tf.constant(table), tf.constant(IDS), l2=l2, sparse=sparse)
+  present = np.unique(IDS)
+  full = densify(values, indices) + 2 * l2 * table
+  want = reference_clip(full, table, IDS, R, ZETA)
+  np.testing.assert_allclose(tf.convert_to_tensor(got.gradient).numpy()[
+      present], want[present], rtol=1e-5, atol=1e-8)
+  if sparse:
+    assert sorted(got.gradient.indices.numpy()) == list(present)
+    want_squares = np.sum(table[present].astype(np.float64) ** 2)
+  else:
+    absent = list(ABSENT)
+    np.testing.assert_allclose(got.gradient.numpy()[absent],
+                               2 * l2 * table[absent], rtol=1e-6)
+    want_squares = np.sum(table.astype(np.float64) ** 2)
+  assert float(got.squared_norm) == pytest.approx(want_squares, rel=1e-6)
+  assert not np.allclose(want[present], full[present]), "must clip some"
+
+
+def test_weighted_counts_clip_as_repeated_examples():
+  """An id's count is the sum of its examples' importance weights: a batch
+  where each example stands for w copies of itself."""
+  rng = np.random.default_rng(8)
+  table = make_table(rng)
+  values, indices = make_slices(rng)
+  weights = rng.integers(1, 4, len(IDS)).astype(np.float32)
+  got = cowclip.table_gradient(
+      tf.IndexedSlices(tf.constant(values), tf.constant(indices),
+                       tf.constant([VOCAB, DIM])), tf.constant(table),
+      cowclip.distinct_ids(tf.constant(IDS), tf.constant(weights[:, None])),
+      clip=cowclip.ClipSettings(R, ZETA)).gradient
+  repeated = np.repeat(IDS, weights.astype(int))
+  want = reference_clip(densify(values, indices), table, repeated, R, ZETA)
+  np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-8)
+  unweighted = reference_clip(densify(values, indices), table, IDS, R, ZETA)
+  assert not np.allclose(want, unweighted), "weights must change a clip"
+
+
+def test_no_clip_is_the_rows_with_l2():
+  rng = np.random.default_rng(9)
+  table, grad = make_table(rng), make_dense_grad(rng)
+  got = cowclip.table_gradient(tf.constant(grad), tf.constant(table),
+                               cowclip.distinct_ids(tf.constant(IDS)), l2=0.5)
+  np.testing.assert_allclose(got.gradient.numpy(), grad + table, rtol=1e-6)
+  assert got.clipped is None and got.batch_ids is None
 
 
 def test_tape_gradient_under_xla():
@@ -181,8 +234,7 @@ def test_tape_gradient_under_xla():
     with tf.GradientTape() as tape:
       loss = tf.reduce_sum(tf.gather(variable, ids) * weights)
     grad = tape.gradient(loss, variable)
-    out = cowclip.clip_embedding_gradient(grad, variable, ids, R,
-                                          ZETA).gradient
+    out = clip(grad, variable, ids).gradient
     return isinstance(grad, tf.IndexedSlices), tf.convert_to_tensor(out)
 
   was_sparse, got = clipped_gradient(tf.constant(IDS.reshape(8, 2)),
@@ -198,8 +250,8 @@ def test_tape_gradient_under_xla():
 def test_nothing_clipped_with_huge_zeta(variant):
   rng = np.random.default_rng(4)
   table, grad = make_table(rng), make_dense_grad(rng)
-  got = cowclip.clip_embedding_gradient(tf.constant(grad), tf.constant(table),
-                                        tf.constant(IDS), R, 1e6, variant).gradient
+  got = clip(tf.constant(grad), tf.constant(table), tf.constant(IDS), R, 1e6,
+             variant).gradient
   np.testing.assert_array_equal(got.numpy(), grad)
 
 
@@ -208,9 +260,8 @@ def test_everything_clipped_to_its_threshold(variant):
   rng = np.random.default_rng(5)
   table, grad = make_table(rng), make_dense_grad(rng)
   r, zeta = 1e-3, 1e-4
-  got = cowclip.clip_embedding_gradient(tf.constant(grad), tf.constant(table),
-                                        tf.constant(IDS), r, zeta,
-                                        variant).gradient.numpy()
+  got = clip(tf.constant(grad), tf.constant(table), tf.constant(IDS), r, zeta,
+             variant).gradient.numpy()
   counts = np.bincount(IDS, minlength=VOCAB)
   w_norms = np.linalg.norm(table, axis=1)
   if variant == "paper":
@@ -229,21 +280,14 @@ def test_everything_clipped_to_its_threshold(variant):
 def test_zero_embedding_row_threshold_is_count_times_zeta():
   rng = np.random.default_rng(6)
   table, grad = make_table(rng), make_dense_grad(rng)
-  got = cowclip.clip_embedding_gradient(tf.constant(grad), tf.constant(table),
-                                        tf.constant(IDS), R, ZETA).gradient.numpy()
+  got = clip(tf.constant(grad), tf.constant(table),
+             tf.constant(IDS)).gradient.numpy()
   np.testing.assert_allclose(np.linalg.norm(got[ZERO_ROW]), 1 * ZETA,
                              rtol=1e-6)
-  got = cowclip.clip_embedding_gradient(tf.constant(grad), tf.constant(table),
-                                        tf.constant(IDS), R, ZETA,
-                                        "reference").gradient.numpy()
+  got = clip(tf.constant(grad), tf.constant(table), tf.constant(IDS),
+             variant="reference").gradient.numpy()
   np.testing.assert_allclose(np.linalg.norm(got[ZERO_ROW]),
                              1 * np.sqrt(DIM) * ZETA, rtol=1e-6)
-
-
-def test_id_counts():
-  counts = cowclip.id_counts(tf.constant(IDS.reshape(4, 4), tf.int64), VOCAB)
-  np.testing.assert_array_equal(counts.numpy(),
-                                np.bincount(IDS, minlength=VOCAB))
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -254,26 +298,29 @@ def test_id_counts():
     ({"embeddings": tf.zeros([VOCAB])}, r"\[V, d\] table"),
     ({"gradient": tf.zeros([VOCAB, DIM + 1])}, "dense gradient has shape"),
     ({"gradient": tf.IndexedSlices(tf.zeros([2, DIM + 1]),
-                                   tf.constant([0, 1]))},
+                                   tf.constant([1, 2]))},
      "gradient slices have shape"),
+    ({"gradient": tf.IndexedSlices(tf.zeros([3, DIM]),
+                                   tf.constant([1, 2, 4]))},
+     "one slice .* per id"),
 ])
 def test_bad_input_is_rejected(kwargs, message):
   args = {"gradient": tf.zeros([VOCAB, DIM]),
           "embeddings": tf.zeros([VOCAB, DIM]), "ids": tf.constant([1, 2]),
           "r": R, "zeta": ZETA, **kwargs}
   with pytest.raises(ValueError, match=message):
-    cowclip.clip_embedding_gradient(**args)
+    clip(**args)
 
 
-def test_clip_rows_is_the_core_of_the_dense_path():
+def test_clip_rows_is_the_core_of_the_adapter():
   rng = np.random.default_rng(5)
   table = rng.normal(size=(6, 4)).astype(np.float32)
   gradient = rng.normal(size=(6, 4)).astype(np.float32) * 3
   ids = np.array([0, 0, 2, 5, 5, 5])
   counts = np.bincount(ids, minlength=6).astype(np.float32)
   for variant in cowclip.VARIANTS:
-    full = cowclip.clip_embedding_gradient(
-        tf.constant(gradient), tf.constant(table), ids, 0.5, 1e-3, variant)
+    full = clip(tf.constant(gradient), tf.constant(table), ids, 0.5, 1e-3,
+                variant)
     rows = cowclip.clip_rows(tf.constant(gradient), tf.constant(counts),
                              tf.norm(table, axis=-1), 0.5, 1e-3, variant)
     np.testing.assert_allclose(rows.gradient.numpy(), full.gradient.numpy(),

@@ -1,6 +1,6 @@
 """The logistic-regression baseline against scikit-learn's (issue #32).
 
-trainer.train_baseline and scikit-learn's LogisticRegressionCV (docs/
+trainer.train_baseline and scikit-learn's LogisticRegressionCV (docs/scripts/
 lr_baseline_ab.py's settings) fit the same one-hot features, the Transform's
 ids of spec.linear_features, on the train split of the same generated rows;
 their AUCs on the eval split must be within MAX_GAP. Two fits of one convex

@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 import raw_records
+from trainer_module import in_memory
 from trainer_module import input_pipeline
 
 # What the input pipeline reads of a Transform output.
@@ -100,7 +101,7 @@ def test_in_memory_part_yields_the_same_rows_and_weights_every_pass(
                                       shuffle=False, part="train",
                                       buckets=100, negative_sampling_rate=0.5)
   want = rows(plain)
-  part = input_pipeline.load_in_memory(plain, len(want))
+  part = in_memory.load_in_memory(plain, len(want))
   shuffled = part.batches(64, shuffle=True, seed=5)
   first, second = order(shuffled), order(shuffled)
   assert rows(shuffled) == want
@@ -113,19 +114,19 @@ def test_in_memory_part_yields_the_same_rows_and_weights_every_pass(
   # Unshuffled, the files' order.
   assert order(part.batches(64, shuffle=False)) == order(plain)
   with pytest.raises(ValueError, match="counting pass found"):
-    input_pipeline.load_in_memory(plain, len(want) + 1)
+    in_memory.load_in_memory(plain, len(want) + 1)
 
 
 def test_memory_fits_the_budget():
   # The fake Transform output: an int64 feature and a float32 label, and
   # the shuffle's int64 index.
-  row_bytes = input_pipeline.transformed_row_bytes(_TRANSFORM, False)
+  row_bytes = in_memory.transformed_row_bytes(_TRANSFORM, False)
   assert row_bytes == 20
-  assert input_pipeline.transformed_row_bytes(_TRANSFORM, True) == 24
-  memory = 1000 * row_bytes / input_pipeline.MEMORY_SHARE
-  assert input_pipeline.memory_fits(1000, row_bytes, int(memory))
-  assert not input_pipeline.memory_fits(1000, row_bytes, int(memory) - 10)
-  assert not input_pipeline.memory_fits(1, None, 10**12)
+  assert in_memory.transformed_row_bytes(_TRANSFORM, True) == 24
+  memory = 1000 * row_bytes / in_memory.MEMORY_SHARE
+  assert in_memory.memory_fits(1000, row_bytes, int(memory))
+  assert not in_memory.memory_fits(1000, row_bytes, int(memory) - 10)
+  assert not in_memory.memory_fits(1, None, 10**12)
 
 
 def test_validation_slice_is_held_alone_when_the_split_does_not_fit(
@@ -135,9 +136,9 @@ def test_validation_slice_is_held_alone_when_the_split_does_not_fit(
   # A machine whose budget holds twice the validation slice, a fraction of
   # the split (the slice is ~10% of it).
   slice_bytes = (len(records) * input_pipeline.VALIDATION_FRACTION *
-                 input_pipeline.transformed_row_bytes(_TRANSFORM, False))
+                 in_memory.transformed_row_bytes(_TRANSFORM, False))
   memory = types.SimpleNamespace(
-      total=int(2 * slice_bytes / input_pipeline.MEMORY_SHARE))
+      total=int(2 * slice_bytes / in_memory.MEMORY_SHARE))
   monkeypatch.setattr(input_pipeline.psutil, "virtual_memory", lambda: memory)
   data = input_pipeline.training_data(files, _TRANSFORM, "click",
                                100)
@@ -159,7 +160,7 @@ def test_in_memory_part_keeps_every_column_of_every_dtype_and_shape():
               "other_id": np.arange(rows) * 7,
               "pair": np.stack([np.arange(rows), -np.arange(rows)], 1)}
   labels = (np.arange(rows) % 2).astype(np.float32)
-  part = input_pipeline.load_in_memory(
+  part = in_memory.load_in_memory(
       tf.data.Dataset.from_tensor_slices((features, labels)).batch(8), rows)
   assert len(part.blocks) == 4  # int64, float64, float32 and the pair.
   (got, got_labels), = part.batches(rows, shuffle=False)

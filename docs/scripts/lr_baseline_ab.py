@@ -2,7 +2,7 @@
 
 From the repository root, with .venv's Python:
 
-  python docs/lr_baseline_ab.py --dataset criteo --data FILE --output DIR \
+  python docs/scripts/lr_baseline_ab.py --dataset criteo --data FILE --output DIR \
       [--dense buckets|log1p] [--pipeline-arg=--eval-fraction=0.5 ...]
 
 Runs the pipeline (`python -m pipeline run --dataset D --data FILE --output

@@ -8,7 +8,7 @@ only file written is the spec.
 Every task is a container task, the only kind open-source KFP v2 runs
 besides importers; the Evaluator's baseline step (components/baseline.py) is
 never cached. `--for-local-run` compiles the same spec with local paths for
-`python -m pipeline run-compiled` (pipeline/run_compiled.py).
+`python -m pipeline run-compiled` (kubeflow/run_compiled.py).
 
 Open-source KFP v2 needs two things the runner does not do by default (see
 kubeflow/README.md): schema 2.1.0 (the API server rejects the default 2.0.0,

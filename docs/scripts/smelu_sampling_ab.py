@@ -13,7 +13,7 @@ eval prediction, so that:
   two runs that differ only in the seed:
   PD = mean_i |p_i1 - p_i2| / ((p_i1 + p_i2) / 2).
 
-  cd WORKTREE && .venv/bin/python docs/smelu_sampling_ab.py \
+  cd WORKTREE && .venv/bin/python docs/scripts/smelu_sampling_ab.py \
       --data runs/criteo300k.txt --output runs/h16-measure \
       --activations relu,smelu --seeds 1,2,3 --rates 1,0.5,0.25 \
       --rate-seeds 1 --epochs 1
@@ -51,12 +51,12 @@ from sklearn import metrics  # noqa: E402
 import tensorflow_transform as tft  # noqa: E402
 
 from commands import study_data  # noqa: E402
-from components.prediction_difference import prediction_difference  # noqa: E402,E501
 from pipeline.config import PipelineConfig  # noqa: E402
 from trainer_module import callbacks as callbacks_lib  # noqa: E402
 from trainer_module import input_pipeline  # noqa: E402
 from trainer_module import trainer  # noqa: E402
 from trainer_module import training  # noqa: E402
+from trainer_module.contract import prediction_difference  # noqa: E402
 
 
 def _key(activation, rate, seed):

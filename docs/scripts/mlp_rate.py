@@ -9,7 +9,7 @@ Times, in bf16 and float32 at one batch size (best of 3 rounds of 10):
   * the model's own DNN (models.dnn_layers, then the 1-unit logit layer)
     forward and backward, as commands.benchmark.component_seconds times it.
 
-  PYTHONPATH=. .venv/bin/python docs/mlp_rate.py BATCH
+  PYTHONPATH=. .venv/bin/python docs/scripts/mlp_rate.py BATCH
 """
 import dataclasses
 import sys

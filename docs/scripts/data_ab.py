@@ -1,11 +1,11 @@
 """A/B timing of one data-path executor, CPU seconds around its Do() only.
 
 Run it with the code under test first on PYTHONPATH, e.g.:
-  PYTHONPATH=/work/main .venv/bin/python docs/data_ab.py examplegen RAW OUT
-  PYTHONPATH=. .venv/bin/python docs/data_ab.py examplegen RAW OUT
-  PYTHONPATH=. .venv/bin/python docs/data_ab.py transform EXAMPLEGEN_OUT OUT \
+  PYTHONPATH=/work/main .venv/bin/python docs/scripts/data_ab.py examplegen RAW OUT
+  PYTHONPATH=. .venv/bin/python docs/scripts/data_ab.py examplegen RAW OUT
+  PYTHONPATH=. .venv/bin/python docs/scripts/data_ab.py transform EXAMPLEGEN_OUT OUT \
       [MIN_FREQUENCY [stats|analyze-only [tfx]]]
-  PYTHONPATH=. .venv/bin/python docs/data_ab.py statistics EXAMPLEGEN_OUT OUT \
+  PYTHONPATH=. .venv/bin/python docs/scripts/data_ab.py statistics EXAMPLEGEN_OUT OUT \
       [STATS_OPTIONS_JSON [tfx]]
 On a shared machine CPU seconds compare; wall seconds mostly measure the queue.
 """
@@ -27,7 +27,7 @@ _BEAM_ARGS = os.environ.get("DATA_AB_BEAM_ARGS", "").split() or [
     "--runner=FnApiRunner", "--direct_running_mode=in_memory",
     "--direct_num_workers=1"]
 _SCHEMA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
-                           "schema", "criteo")
+                           "..", "schema", "criteo")
 
 
 def cpu_seconds() -> float:
@@ -51,6 +51,14 @@ def _examplegen(raw: str, out: str):
           lambda: examples.get_int_custom_property("rows_read"))
 
 
+def _split_examples(uri: str):
+  """ExampleGen's output at `uri`, as an Examples artifact."""
+  examples = standard_artifacts.Examples()
+  examples.uri = uri
+  examples.split_names = artifact_utils.encode_split_names(["train", "eval"])
+  return examples
+
+
 def _transform(examples_uri: str, out: str, min_frequency: str = "10",
                mode: str = "", executor_of: str = "pipeline"):
   """The pipeline's Transform executor ('tfx': TFX's own, which reads with
@@ -63,9 +71,7 @@ def _transform(examples_uri: str, out: str, min_frequency: str = "10",
     from tfx.components.transform import executor
   else:
     from components import transform as executor  # pylint: disable=reimported
-  examples = standard_artifacts.Examples()
-  examples.uri = examples_uri
-  examples.split_names = artifact_utils.encode_split_names(["train", "eval"])
+  examples = _split_examples(examples_uri)
   schema = standard_artifacts.Schema()
   schema.uri = _SCHEMA_DIR
   graph = standard_artifacts.TransformGraph()
@@ -114,9 +120,7 @@ def _statistics(examples_uri: str, out: str, options_json: str = "",
     from tfx.components.statistics_gen.executor import Executor
   else:
     from components.statistics_gen import Executor  # pylint: disable=reimported
-  examples = standard_artifacts.Examples()
-  examples.uri = examples_uri
-  examples.split_names = artifact_utils.encode_split_names(["train", "eval"])
+  examples = _split_examples(examples_uri)
   statistics = standard_artifacts.ExampleStatistics()
   statistics.uri = out
   run = Executor(Executor.Context(

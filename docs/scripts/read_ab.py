@@ -6,10 +6,10 @@ included)
 with the code on PYTHONPATH (the process's peak memory so far after each),
 then, with `--interleave`, the plain read of
 four files interleaved record by record against chunk by chunk:
-  PYTHONPATH=/work/main .venv/bin/python docs/read_ab.py EXAMPLEGEN_OUT GRAPH
-  PYTHONPATH=. .venv/bin/python docs/read_ab.py EXAMPLEGEN_OUT GRAPH --interleave
+  PYTHONPATH=/work/main .venv/bin/python docs/scripts/read_ab.py EXAMPLEGEN_OUT GRAPH
+  PYTHONPATH=. .venv/bin/python docs/scripts/read_ab.py EXAMPLEGEN_OUT GRAPH --interleave
 EXAMPLEGEN_OUT holds Split-train/; GRAPH is a Transform graph of it (e.g.
-docs/data_ab.py transform's OUT/graph).
+docs/scripts/data_ab.py transform's OUT/graph).
 """
 
 import glob
@@ -22,7 +22,7 @@ import time
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from data_ab import cpu_seconds  # docs/, this script's directory.
+from data_ab import cpu_seconds  # docs/scripts/, this script's directory.
 from trainer_module import input_pipeline
 
 

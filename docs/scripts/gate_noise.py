@@ -7,7 +7,7 @@ sigmoid(bias + 1.5 s) (AUC ~0.76); the model predicts it exactly (scaled
 by CALIBRATION), the logistic regression sees s through noise (AUC ~0.01
 lower). One sample per size, seed 0.
 
-  .venv/bin/python docs/gate_noise.py
+  .venv/bin/python docs/scripts/gate_noise.py
 """
 
 import sys

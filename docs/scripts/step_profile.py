@@ -7,7 +7,7 @@ the host's threads. Ops run side by side on the cores (TensorFlow's
 inter-op pool), so the sums exceed the step's wall time, and an op that
 shares the cores with others takes longer than it would alone.
 
-  PYTHONPATH=. .venv/bin/python docs/step_profile.py RAW_FILE WORK_DIR \
+  PYTHONPATH=. .venv/bin/python docs/scripts/step_profile.py RAW_FILE WORK_DIR \
       BATCH dense|sparse on|off [PRECISION]
 
 RAW_FILE and WORK_DIR as `python -m pipeline benchmark --data RAW_FILE

@@ -3,7 +3,7 @@
 Reads the train part (validation slice of 10% held out) of FILE_PATTERN
 through input_pipeline.make_dataset at batch 1024, shuffled and cached, 4
 epochs:
-  PYTHONPATH=<tree> .venv/bin/python docs/input_ab.py FILE_PATTERN GRAPH
+  PYTHONPATH=<tree> .venv/bin/python docs/scripts/input_ab.py FILE_PATTERN GRAPH
 FILE_PATTERN: what that tree's make_dataset reads (transformed examples
 before materialize=False, ExampleGen's since); GRAPH: a Transform graph.
 """
@@ -12,7 +12,7 @@ import time
 
 import tensorflow_transform as tft
 
-from data_ab import cpu_seconds  # docs/, this script's directory.
+from data_ab import cpu_seconds  # docs/scripts/, this script's directory.
 from trainer_module import input_pipeline
 
 

@@ -6,8 +6,8 @@ Arrow hash aggregation ('one', as TokenCounts.compact does) or one field at
 a time ('per-field', tried and not adopted). Prints the table's size and the
 process's RSS before and at its highest during the sum (sampled every 5 ms):
 
-  PYTHONPATH=. .venv/bin/python docs/compact_ab.py 10000000 one
-  PYTHONPATH=. .venv/bin/python docs/compact_ab.py 10000000 per-field
+  PYTHONPATH=. .venv/bin/python docs/scripts/compact_ab.py 10000000 one
+  PYTHONPATH=. .venv/bin/python docs/scripts/compact_ab.py 10000000 per-field
 """
 
 import sys

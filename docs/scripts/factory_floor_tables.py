@@ -1,7 +1,7 @@
 """The tables of docs/factory_floor.md, from the studies' study.csv files.
 
 Usage (from the repository root):
-  PYTHONPATH=. python docs/factory_floor_tables.py REFERENCE_DIR NAME=DIR ...
+  PYTHONPATH=. python docs/scripts/factory_floor_tables.py REFERENCE_DIR NAME=DIR ...
 
 REFERENCE_DIR is the Adam study; each NAME=DIR another study of the same
 data, epochs and seeds (Shampoo, a rank-loss weight, distillation). Prints,

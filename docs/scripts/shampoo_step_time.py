@@ -2,7 +2,7 @@
 400 -> 400 -> 1, batch 8192) with optimizers.FusedAdam and with
 shampoo.Shampoo (roots every 10 updates), on this machine's CPU.
 
-  PYTHONPATH=. .venv/bin/python docs/shampoo_step_time.py
+  PYTHONPATH=. .venv/bin/python docs/scripts/shampoo_step_time.py
 
 Prints, per optimizer, the median and mean of a whole step (forward,
 backward, update; one tf.function) over rounds of 20 steps that alternate

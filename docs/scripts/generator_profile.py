@@ -2,7 +2,7 @@
 the full Kaggle size against the published ones, and the shares of the click
 signal by id frequency (commands/synthetic_profile.py; closed form).
 
-  PYTHONPATH=. .venv/bin/python docs/generator_profile.py
+  PYTHONPATH=. .venv/bin/python docs/scripts/generator_profile.py
 """
 
 from commands import synthetic_profile as profile

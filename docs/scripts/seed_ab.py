@@ -13,8 +13,8 @@ a 64x64 DNN) on that output: what the Evaluator, run next in the same
 process by the Beam and local runners, starts beside. Run it with the code
 before and after the cache's release on PYTHONPATH.
 
-  PYTHONPATH=. python docs/seed_ab.py read EXAMPLEGEN_OUT GRAPH MAIN_SRC
-  PYTHONPATH=SRC python docs/seed_ab.py rss EXAMPLEGEN_OUT GRAPH OUT_DIR
+  PYTHONPATH=. python docs/scripts/seed_ab.py read EXAMPLEGEN_OUT GRAPH MAIN_SRC
+  PYTHONPATH=SRC python docs/scripts/seed_ab.py rss EXAMPLEGEN_OUT GRAPH OUT_DIR
 EXAMPLEGEN_OUT holds Split-train/; GRAPH is a Transform graph of it.
 """
 

@@ -5,7 +5,7 @@ metrics in batches), or TFX's with --tfx (TFMA's per-example evaluator), with
 the pipeline's Criteo schema and the pipeline's eval config (pipeline.pipeline.create_eval_config, Criteo
 defaults), run on the eval split of an ExampleGen output:
 
-  PYTHONPATH=. .venv/bin/python docs/eval_ab.py MODEL EXAMPLES OUT \
+  PYTHONPATH=. .venv/bin/python docs/scripts/eval_ab.py MODEL EXAMPLES OUT \
       [--baseline MODEL] [--tfx] [--profile FILE.prof] \
       [--beam-arg=--ARG=VALUE ...]
 
@@ -28,7 +28,7 @@ from tfx.types import standard_artifacts
 from tfx.types import standard_component_specs as specs
 from tfx.utils import proto_utils
 
-from data_ab import cpu_seconds  # docs/, this script's directory.
+from data_ab import cpu_seconds  # docs/scripts/, this script's directory.
 
 
 def main() -> None:
@@ -68,7 +68,7 @@ def main() -> None:
   examples.split_names = artifact_utils.encode_split_names(["train", "eval"])
   schema = standard_artifacts.Schema()
   schema.uri = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
-                            "schema", "criteo")
+                            "..", "schema", "criteo")
   inputs = {specs.EXAMPLES_KEY: [examples], specs.SCHEMA_KEY: [schema],
             specs.MODEL_KEY: [model_artifact(args.model)]}
   if args.baseline:

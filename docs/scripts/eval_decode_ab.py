@@ -1,6 +1,6 @@
 """CPU seconds to decode an eval split, the ways the Evaluator could.
 
-  PYTHONPATH=. .venv/bin/python docs/eval_decode_ab.py EXAMPLEGEN_OUT
+  PYTHONPATH=. .venv/bin/python docs/scripts/eval_decode_ab.py EXAMPLEGEN_OUT
 
 tfx_bsl's decoder with no schema, the Criteo schema and the five columns
 the evaluation reads; tf.io.parse_example of those five; and the
@@ -31,7 +31,7 @@ def main(examples_uri: str) -> None:
   records = [r.numpy() for r in tf.data.TFRecordDataset(
       files, compression_type="GZIP")]
   with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
-                         "schema", "criteo", "schema.pbtxt")) as f:
+                         "..", "schema", "criteo", "schema.pbtxt")) as f:
     schema = text_format.Parse(f.read(), schema_pb2.Schema())
   five = schema_pb2.Schema()
   five.feature.extend(f for f in schema.feature if f.name in _COLUMNS)

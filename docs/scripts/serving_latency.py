@@ -6,7 +6,7 @@ model, a distilled student, or an in-graph ensemble of replicas); its
 round by round, the names alternating so that load changes hit them alike.
 
 Usage (from the repository root):
-  python docs/serving_latency.py "OUTPUT/pipeline/RawCtrExampleGen/examples/*/Split-eval/*.gz" \
+  python docs/scripts/serving_latency.py "OUTPUT/pipeline/RawCtrExampleGen/examples/*/Split-eval/*.gz" \
       single=DIR student=DIR ensemble=DIR [--examples 1000] [--rounds 15]
 """
 

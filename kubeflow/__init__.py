@@ -1,0 +1,13 @@
+"""Kubeflow Pipelines v2: everything the project needs to run there.
+
+- compiler.py: `create_pipeline(config)` compiled into a KFP v2 pipeline
+  spec (`python -m pipeline compile-kubeflow`);
+- run_compiled.py: a local executor of such specs, as KFP's backend runs
+  them (`python -m pipeline run-compiled`);
+- Dockerfile: the image every task starts;
+- README.md: building the image, uploading, GPUs, several machines.
+
+Layering: commands -> kubeflow -> pipeline -> components -> trainer_module.
+The commands (commands/kfp.py) only parse the flags; nothing below imports
+this package. Its tests are tests/kubeflow/.
+"""
