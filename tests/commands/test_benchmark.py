@@ -134,6 +134,7 @@ def test_benchmark_command_writes_positive_rates(criteo_file, work_dir,
   assert len(small) == 1 and large == {3 * small.pop()}
 
 
+@pytest.mark.slow
 def test_a_timed_case_runs_the_callbacks_it_is_given(criteo_file, work_dir):
   """Extra callbacks (docs/scripts/step_profile.py's profiler) see every step of
   the timed fit, warm-up included, beside the step timer."""

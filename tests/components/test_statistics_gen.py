@@ -53,6 +53,7 @@ def _gate_view(dataset):
   return view
 
 
+@pytest.mark.slow
 def test_unsampled_statistics_equal_tfx_statistics_gen(examples, tmp_path):
   options = tfdv.StatsOptions(use_sketch_based_topk_uniques=True)
   ours, output = _statistics(statistics_gen.Executor, examples, tmp_path,
@@ -64,6 +65,7 @@ def test_unsampled_statistics_equal_tfx_statistics_gen(examples, tmp_path):
   assert output.split_names == '["train", "eval"]'
 
 
+@pytest.mark.slow
 def test_sampled_statistics_count_exactly_the_hashed_records(examples,
                                                              tmp_path):
   """The sample is the records whose hash falls in the rate's share."""

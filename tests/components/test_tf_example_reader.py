@@ -19,6 +19,7 @@ def _examples(criteo_examples):
   return criteo_examples
 
 
+@pytest.mark.slow
 def test_the_reader_decodes_as_tfxio(examples):
   """Every column of every example as TFXIO's decoder gives it (null where
   an example lacks the feature), and the serialized records."""

@@ -24,6 +24,7 @@ def _outputs(criteo_examples, tmp_path_factory):
           _run(transform.Executor, criteo_examples, root / "ours"))
 
 
+@pytest.mark.slow
 def test_vocabulary_files_are_tfx_transforms_byte_for_byte(outputs):
   tfx_output, ours = outputs
   tfx_assets = sorted(os.listdir(os.path.join(
@@ -38,6 +39,7 @@ def test_vocabulary_files_are_tfx_transforms_byte_for_byte(outputs):
       assert a.read() == b.read(), name
 
 
+@pytest.mark.slow
 def test_graphs_transform_every_example_alike(outputs, criteo_examples):
   """Both graphs map every record of both splits to the same features
   (the dense features' analysed ranges included)."""
@@ -63,6 +65,7 @@ def test_tfx_do_creates_the_processor_the_executor_swaps():
       tfx_executor.Executor.Do)
 
 
+@pytest.mark.slow
 def test_the_processor_reads_with_tensorflow_and_is_swapped_back(
     criteo_examples, tmp_path):
   dataset = tfx_executor._Dataset(  # pylint: disable=protected-access

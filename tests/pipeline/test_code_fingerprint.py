@@ -167,6 +167,7 @@ def _example_gen_executions(root, input_base):
   return [e.last_known_state for e in store.get_executions()]
 
 
+@pytest.mark.slow
 def test_a_rerun_after_a_code_change_misses_the_cache(tmp_path, code_copy):
   data = tmp_path / "data"
   data.mkdir()
