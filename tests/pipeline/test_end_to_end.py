@@ -257,7 +257,13 @@ def test_model_serves_its_logistic_regression_baseline_and_early_stops(
   record = _record(output)
   assert 1 <= record["best_epoch"] <= record["epochs_run"] <= 2
   assert record["validation_examples"] > 0
-  assert record["logistic_regression"]["best_epoch"] >= 1
+  # The baseline's fit (trainer.train_baseline): each C's validation log
+  # loss, the kept C, and its cost.
+  baseline = record["logistic_regression"]
+  assert [g["c"] for g in baseline["grid"]][0] == 0.01
+  assert all(g["val_logloss"] > 0 for g in baseline["grid"])
+  assert baseline["c"] in [g["c"] for g in baseline["grid"]]
+  assert baseline["seconds"] > 0 and baseline["refit"]["iterations"] > 0
   evaluation = report_reading.read_evaluation(metadata.read_outcome_at(
       str(output / "metadata.sqlite")).evaluation)
   lr = report_reading.LR_PREFIX

@@ -3,6 +3,7 @@ the validation slice of early stopping."""
 
 import dataclasses
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -10,9 +11,12 @@ import tensorflow as tf
 import raw_records
 from components.raw_example_gen import example_encoding
 from trainer_module import input_pipeline
+from trainer_module import models
 from trainer_module import model_building
 from trainer_module import scaling
 from trainer_module import serving
+from trainer_module import trainer
+from trainer_module import training
 from trainer_module.settings import TrainerSettings
 
 # What the input pipeline reads of a Transform output.
@@ -245,3 +249,32 @@ def test_training_data_reads_only_the_train_split(tmp_path, monkeypatch):
   assert data.click_rate == pytest.approx(
       sum(1 - r % 2 for r in train) / len(train))
   assert all("eval" not in str(f) for f in opened), opened
+
+
+def test_the_kept_model_is_recentred_on_the_training_click_rate():
+  """fit's recentring targets the training part's click rate, not the
+  validation slice's labels: a few hundred rows' click rate is off by its
+  noise, and the whole model would follow it (issue #42)."""
+  keras.utils.set_random_seed(0)
+  rng = np.random.default_rng(0)
+
+  def part(rows, click_rate):
+    features = {"a": rng.integers(0, 7, rows), "b": rng.integers(0, 5, rows),
+                "x": rng.normal(size=rows).astype(np.float32)}
+    labels = (rng.random(rows) < click_rate).astype(np.float32)
+    return tf.data.Dataset.from_tensor_slices((features, labels)).batch(32)
+
+  model = models.build_model("deepfm", {"a": 7, "b": 5}, ("x",),
+                             models.ModelOptions(embedding_dim=2,
+                                                 hidden_units=(4,)))
+  training.compile_model(model, training.TrainingConfig(
+      dense_lr=1e-3, embed_lr=1e-3, l2=0.0, r=0.5, zeta=1e-3,
+      warmup_epochs=0.0, steps_per_epoch=8))
+  data = input_pipeline.TrainingData(
+      train=part(256, 0.3), validation=part(200, 0.1), train_examples=256,
+      validation_examples=200, click_rate=0.3, validation_buckets=1)
+  trainer.fit(model, data, epochs=1, verbose=0)
+  predictions = np.concatenate([
+      tf.sigmoid(model(features, training=False)).numpy().ravel()
+      for features, _ in data.validation])
+  assert predictions.mean() == pytest.approx(0.3, abs=1e-4)
