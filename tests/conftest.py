@@ -49,12 +49,24 @@ def generated_examples(root, rows: int, seed: int):
   return artifact
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def criteo_examples(tmp_path_factory):
   """RawCtrExampleGen's output for CRITEO_EXAMPLE_ROWS generated Criteo
-  rows."""
+  rows: one ExampleGen run for every test that reads it (none writes)."""
   return generated_examples(tmp_path_factory.mktemp("criteo_examples"),
                             CRITEO_EXAMPLE_ROWS, 5)
+
+
+@pytest.fixture(scope="session")
+def criteo_transform(criteo_examples, tmp_path_factory):
+  """The directory of our Transform executor's output (run_transform) of
+  criteo_examples: one run for every test that reads it (none writes)."""
+  # pylint: disable=g-import-not-at-top
+  from components import transform
+  # pylint: enable=g-import-not-at-top
+  directory = tmp_path_factory.mktemp("criteo_transform")
+  run_transform(transform.Executor, criteo_examples, directory)
+  return str(directory)
 
 
 CRITEO_SCHEMA_DIR = os.path.join(os.path.dirname(__file__), "..", "schema",
