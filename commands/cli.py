@@ -3,7 +3,8 @@
 The CLI only parses arguments into a PipelineConfig and picks a runner.
 Exit status: 0 done (model pushed), 1 failed (bad input, anomalies, a
 component error), 2 usage error, 3 finished but the model was not blessed
-and so not pushed (schedulers must see the difference).
+and so not pushed (schedulers must see the difference), 130 and 143
+stopped by Ctrl-C or SIGTERM (commands.interrupts).
 """
 
 import sys
@@ -34,6 +35,7 @@ from commands import console
 from commands import flags
 from commands import generate
 from commands import import_output
+from commands import interrupts
 from commands import kfp
 from commands import report
 from commands import report_reading
@@ -190,12 +192,35 @@ def main(argv: Optional[List[str]] = None) -> int:
     raise
   if args.verbose or args.handler not in (_run, _tune, study.main):
     import_output.release(sys.stderr.buffer)
+  output = getattr(args, "output", None)
   try:
-    # Before anything initialises TensorFlow's devices.
-    distribution.configure_cpu_devices(getattr(args, "cpu_devices", 1))
-    return args.handler(args)
-  except Exception as error:  # pylint: disable=broad-except
+    with interrupts.stop_on_signals():
+      # Before anything initialises TensorFlow's devices.
+      distribution.configure_cpu_devices(getattr(args, "cpu_devices", 1))
+      return args.handler(args)
+  except BaseException as error:  # pylint: disable=broad-except
     import_output.release(None)
-    return report_failure(error, args.verbose, getattr(args, "output", None))
+    status = interrupts.exit_status(error)
+    if status is not None:
+      return report_interruption(error, status, args.verbose, output)
+    if not isinstance(error, Exception):
+      raise
+    return report_failure(error, args.verbose, output)
   finally:
     import_output.release(None)
+
+
+def report_interruption(error: BaseException, status: int, verbose: bool,
+                        output: Optional[str]) -> int:
+  """Says in one line where a signal stopped the run and how to resume;
+  the traceback goes to the run log (the console with --verbose)."""
+  log = os.path.join(output or "", console.LOG_FILE)
+  if verbose:
+    traceback.print_exception(type(error), error, error.__traceback__)
+  elif output and os.path.isfile(log):
+    with open(log, "a") as f:
+      traceback.print_exception(type(error), error, error.__traceback__,
+                                file=f)
+  print(interrupts.describe(output if output and os.path.isdir(output)
+                            else None), file=sys.stderr)
+  return status

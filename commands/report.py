@@ -318,7 +318,7 @@ def _baseline_fit(lr: Mapping[str, Any]) -> str:
     return ""
   tried = ", ".join(f"C {g['c']:g}: {g['val_logloss']:.5f}"
                     for g in lr["grid"])
-  return (f"The logistic-regression baseline (L-BFGS): validation log loss "
+  return (f"The logistic-regression baseline (Newton-CG): validation log loss "
           f"by C {tried}; C {lr['c']:g} kept and refitted on the validation "
           f"slice too; {lr['seconds']:.1f} s in all.")
 

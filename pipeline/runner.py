@@ -11,7 +11,7 @@ import contextlib
 import logging
 import os
 import tempfile
-from typing import Iterator
+from typing import Iterator, Tuple
 
 from tfx import v1 as tfx
 from tfx.orchestration.beam import beam_dag_runner
@@ -84,6 +84,16 @@ def run_temp_dir() -> Iterator[None]:
       tempfile.tempdir = shared
 
 
+# The components running now in this process (an interrupted run names
+# them).
+_RUNNING = set()
+
+
+def running_components() -> Tuple[str, ...]:
+  """The components started and not finished in this process."""
+  return tuple(sorted(_RUNNING))
+
+
 class _NodeWithProgressDoFn(beam_dag_runner.PipelineNodeAsDoFn):
   """TFX's launch of one node, logged to PROGRESS_LOGGER at start and end."""
 
@@ -92,7 +102,11 @@ class _NodeWithProgressDoFn(beam_dag_runner.PipelineNodeAsDoFn):
     progress = logging.getLogger(PROGRESS_LOGGER)
     progress.info("%s %s", node, STARTED,
                   extra={"node": node, "event": STARTED})
-    super()._run_node()
+    _RUNNING.add(node)
+    try:
+      super()._run_node()
+    finally:
+      _RUNNING.discard(node)
     progress.info("%s %s", node, FINISHED,
                   extra={"node": node, "event": FINISHED})
 

@@ -21,7 +21,7 @@ from trainer_module.settings import TrainerSettings
 
 
 # The logistic-regression baseline (issues #32, #42, docs/lr_baseline.md) is
-# fitted by scikit-learn's L-BFGS (linear_fit), not by the model's step. It
+# fitted by scikit-learn's Newton-CG (linear_fit), not by the model's step. It
 # is still built and compiled here, as the Keras "lr" model that serves it
 # and measures its validation metrics as the model's are; the compile's
 # rate is never stepped with.

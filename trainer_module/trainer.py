@@ -153,7 +153,7 @@ def train_baseline(settings: TrainerSettings, data: TrainingData,
   """The logistic-regression baseline, fitted as such (issues #32, #42).
 
   The model's ids one-hot (linear_fit.one_hot_rows), fitted by scikit-
-  learn's L-BFGS along BASELINE_C_GRID, strongest first, warm-started,
+  learn's Newton-CG along BASELINE_C_GRID, strongest first, warm-started,
   stopping at the first C worse than the one before it on the validation
   slice's log loss; the kept C is then refitted on the training part and
   the validation slice together (linear_fit.fit_path). The fit is
