@@ -1,0 +1,83 @@
+"""docs/lr_baseline.md, "The fit's solver": the baseline's whole path and
+refit (linear_fit.fit_path) with scikit-learn's Newton-CG and L-BFGS at
+several tolerances, alternating in one process, on a finished run's
+Transform output: seconds, iterations, the kept C and the eval AUC.
+
+  PYTHONPATH=. python docs/scripts/lr_solver_ab.py --run DIR [--rounds 2]
+"""
+
+import argparse
+import glob
+import itertools
+import os
+import time
+
+from trainer_module import keras_version
+
+keras_version.pin_keras3()
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from sklearn import metrics
+import tensorflow as tf
+import tensorflow_transform as tft
+
+from pipeline import metadata
+from pipeline.config import PipelineConfig
+from trainer_module import input_pipeline
+from trainer_module import linear_fit
+from trainer_module import model_building
+from trainer_module import preprocessing
+from trainer_module.settings import TrainerSettings
+
+CASES = (("lbfgs", 1e-4), ("newton-cg", 1e-4), ("lbfgs", 1e-5),
+         ("newton-cg", 1e-5), ("newton-cg", 1e-6))
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__)
+  parser.add_argument("--dataset", default="criteo")
+  parser.add_argument("--run", required=True, help="a pipeline run's DIR")
+  parser.add_argument("--rounds", type=int, default=2)
+  args = parser.parse_args()
+  config = PipelineConfig.from_fields(dataset=args.dataset, data="-",
+                                      output=args.run)
+  uris = metadata.node_artifacts(config.metadata_path, config.pipeline_name,
+                                 "Transform", inputs=True)
+  output = tft.TFTransformOutput(uris["transform_graph"])
+  spec = TrainerSettings(dataset=args.dataset).spec
+  data = input_pipeline.training_data(
+      sorted(glob.glob(os.path.join(uris["examples"], "Split-train", "*"))),
+      output, spec.label, 1024, seed=0)
+  sizes = preprocessing.vocabulary_sizes(output, spec, linear=True)
+  rows = linear_fit.one_hot_rows(itertools.chain(
+      data.in_memory.batches(65536, shuffle=False), data.validation), sizes)
+  records = tf.data.TFRecordDataset(
+      sorted(glob.glob(os.path.join(uris["examples"], "Split-eval", "*"))),
+      compression_type="GZIP").batch(65536)
+  eval_batches = []
+  for batch in records:
+    transformed = output.transform_features_layer()(
+        tf.io.parse_example(batch, output.raw_feature_spec()))
+    eval_batches.append(({k: v.numpy() for k, v in transformed.items()},
+                         transformed[spec.label].numpy()))
+  evaluation = linear_fit.one_hot_rows(eval_batches, sizes)
+  print("round | solver | tolerance | seconds | kept C | iterations per C; "
+        "refit | eval AUC")
+  for round_index in range(1, args.rounds + 1):
+    for solver, tolerance in CASES:
+      linear_fit.SOLVER, linear_fit.GRADIENT_TOLERANCE = solver, tolerance
+      start = time.perf_counter()
+      fitted = linear_fit.fit_path(rows, data.train_examples,
+                                   model_building.BASELINE_C_GRID)
+      seconds = time.perf_counter() - start
+      auc = metrics.roc_auc_score(
+          evaluation.labels,
+          evaluation.matrix @ fitted["coef"] + fitted["intercept"])
+      iterations = ", ".join(str(g["iterations"]) for g in fitted["grid"])
+      print(f"{round_index} | {solver} | {tolerance:g} | {seconds:.1f} | "
+            f"{fitted['c']:g} | {iterations}; "
+            f"{fitted['refit']['iterations']} | {auc:.5f}", flush=True)
+
+
+if __name__ == "__main__":
+  main()
