@@ -390,7 +390,11 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
                 study_results.DISTILLATION_COLUMNS
                 if "distillation" in trained})
 
-  run_dir = os.path.join(config.output, "runs", run.key)
+  # Studies of one DIR with their own results (--results) may share run
+  # keys: each exports under its results' name.
+  run_dir = os.path.join(config.output, "runs", *(
+      [] if setup.results == config.output else
+      [os.path.basename(os.path.normpath(setup.results))]), run.key)
   serving_dir = os.path.join(run_dir, "serving")
   serving.export_serving_model(replicas, setup.baseline,
                                setup.tf_transform_output, trainer_settings,

@@ -4,8 +4,9 @@
 #
 #   docs/study_paper_regime.sh ROOT      (run from the repository root)
 #
-# ROOT gets the generated data and one pipeline DIR per study: scratch, that
-# a machine may lose. What must outlive the machine goes to RESULTS (default
+# ROOT gets the generated data and one pipeline DIR per data file (its
+# ExampleGen and Transform, shared by the studies of that data): scratch,
+# that a machine may lose. What must outlive the machine goes to RESULTS (default
 # docs/study_paper_regime/ in this repository), one folder per study:
 # study.csv, study.md, the figures, the settings and the kept baseline. Each
 # run is its own `study` command, and with COMMIT=1 (the default) its row is
@@ -54,12 +55,30 @@ commit() {  # NAME MESSAGE: commits RESULTS/NAME alone, in the repository
 run() {  # DATASET DATA NAME RULE BATCH [study flags...]: one run, committed
   local dataset=$1 data=$2 name=$3 rule=$4 batch=$5
   shift 5
+  share_baseline "$data" "$name"
   $PY -m pipeline study --dataset "$dataset" --data "$data" \
-    --output "$ROOT/$name" --results "$RESULTS/$name" --seeds 1 \
+    --output "$ROOT/pipelines/$(basename "$(dirname "$data")")" \
+    --results "$RESULTS/$name" --seeds 1 \
     --epochs 10 --precision float32 \
     --frequency-thresholds "${THRESHOLDS[$dataset]}" \
     --rules "$rule" --batch-sizes "$batch" "$@"
   commit "$name" "docs/study_paper_regime/$name: $rule at $batch $*"
+}
+
+# The logistic-regression baseline depends on the data alone: a study of
+# data another study already kept a baseline for starts from a copy of it
+# (`study` refuses it if the data fingerprints differ).
+declare -A BASELINE_OF=()
+share_baseline() {  # DATA NAME
+  local kept=${BASELINE_OF[$1]:-}
+  if [ -n "$kept" ] && [ "$kept" != "$2" ] &&
+      [ ! -f "$RESULTS/$2/baseline.json" ] &&
+      [ -f "$RESULTS/$kept/baseline.json" ]; then
+    mkdir -p "$RESULTS/$2"
+    cp "$RESULTS/$kept/baseline.json" "$RESULTS/$kept/baseline.weights.h5" \
+      "$RESULTS/$2/"
+  fi
+  BASELINE_OF[$1]=${BASELINE_OF[$1]:-$2}
 }
 
 auc_of() {  # NAME RUN: the run's eval AUC in RESULTS/NAME/study.csv
