@@ -50,6 +50,9 @@ from trainer_module.settings import TrainerSettings
 # The batch the baseline's one-hot rows are gathered in from memory: any
 # size gives the same rows; a large one, fewer Python steps.
 _ONE_HOT_BATCH = 65536
+# The fewest training rows the baseline is fitted on, whatever the memory
+# estimate says (linear_fit.rows_that_fit).
+_MIN_BASELINE_ROWS = 100_000
 
 
 def fit(model: models.CTRModel, data: TrainingData, epochs: int,
@@ -169,7 +172,9 @@ def train_baseline(settings: TrainerSettings, data: TrainingData,
     "best" (the kept C's validation metrics before the refit, as Keras
     measures the model's: choose_served compares the two), "grid" [{"c",
     "l2", "iterations", "val_logloss", "seconds"}], "c" and "l2" (the kept
-    one's), "refit" ({"iterations", "seconds"}) and "seconds" (the whole
+    one's), "train_rows" (the training rows fitted: the first ones that fit
+    in memory, linear_fit.rows_that_fit; all of them up to millions),
+    "refit" ({"iterations", "seconds"}) and "seconds" (the whole
     fit's wall time, the one-hot rows included: the baseline's cost next to
     the model's).
   """
@@ -179,13 +184,23 @@ def train_baseline(settings: TrainerSettings, data: TrainingData,
       data.click_rate, l2_of_c(BASELINE_C_GRID[0], data.train_examples))
   train_part = (data.in_memory.batches(_ONE_HOT_BATCH, shuffle=False)
                 if data.in_memory is not None else data.train)
-  rows = linear_fit.one_hot_rows(
-      itertools.chain(train_part, data.validation), model.vocab_sizes)
-  if rows.labels.size != data.train_examples + data.validation_examples:
+  train_rows = min(data.train_examples, max(
+      linear_fit.rows_that_fit(len(model.vocab_sizes),
+                               psutil.virtual_memory().available) -
+      data.validation_examples, _MIN_BASELINE_ROWS))
+  if train_rows < data.train_examples:
+    logging.warning(
+        "the logistic-regression baseline is fitted on the first %d of the "
+        "%d training rows: the one-hot rows of all of them would not fit "
+        "in memory", train_rows, data.train_examples)
+  rows = linear_fit.one_hot_rows(itertools.chain(
+      linear_fit.first_rows(train_part, train_rows), data.validation),
+                                 model.vocab_sizes)
+  if rows.labels.size != train_rows + data.validation_examples:
     raise ValueError(
         f"the baseline read {rows.labels.size} rows, the split holds "
-        f"{data.train_examples} + {data.validation_examples}")
-  fitted = linear_fit.fit_path(rows, data.train_examples, BASELINE_C_GRID)
+        f"{train_rows} + {data.validation_examples}")
+  fitted = linear_fit.fit_path(rows, train_rows, BASELINE_C_GRID)
   del rows  # 12 bytes per id: GiBs at millions of rows.
   linear_fit.set_linear_weights(model, fitted["path_coef"],
                                 fitted["path_intercept"])
@@ -193,9 +208,10 @@ def train_baseline(settings: TrainerSettings, data: TrainingData,
   linear_fit.set_linear_weights(model, fitted["coef"], fitted["intercept"])
   record.update(
       best={f"val_{k}": float(v) for k, v in best.items()},
-      grid=[dict(g, l2=l2_of_c(g["c"], data.train_examples))
+      grid=[dict(g, l2=l2_of_c(g["c"], train_rows))
             for g in fitted["grid"]],
-      c=fitted["c"], l2=l2_of_c(fitted["c"], data.train_examples),
+      c=fitted["c"], l2=l2_of_c(fitted["c"], train_rows),
+      train_rows=train_rows,
       refit=fitted["refit"], seconds=time.perf_counter() - start)
   return model, record
 
@@ -358,7 +374,7 @@ def run_fn(fn_args) -> None:
       validation_examples=data.validation_examples,
       steps_per_epoch=steps_per_epoch(data.train_examples, batch_size),
       logistic_regression={k: baseline_record[k] for k in (
-          "best", "grid", "c", "l2", "refit", "seconds")},
+          "best", "grid", "c", "l2", "train_rows", "refit", "seconds")},
       served=choose_served(settings, record, baseline_record))
   serve_baseline = record["served"]["served"] == contract.LR_OUTPUT
   logging.info("serving the %s: validation AUC %.4f (the logistic-regression "

@@ -112,3 +112,20 @@ def test_the_weights_written_back_give_the_model_the_linear_scores():
   np.testing.assert_allclose(logits, rows.matrix @ coef + 0.25, atol=1e-6)
   with pytest.raises(ValueError, match="9 one-hot weights for 8"):
     linear_fit.set_linear_weights(model, np.zeros(9), 0.0)
+
+
+def test_first_rows_cuts_the_batches_at_the_limit():
+  features, labels, weights = _rows(6, 100)
+  data = tf.data.Dataset.from_tensor_slices(
+      (features, labels, weights)).batch(30)
+  kept = list(linear_fit.first_rows(data, 45))
+  assert [len(np.asarray(batch[1])) for batch in kept] == [30, 15]
+  np.testing.assert_array_equal(np.asarray(kept[1][0]["a"]),
+                                features["a"][30:45])
+  assert len(list(linear_fit.first_rows(data, 1000))) == 4
+
+
+def test_rows_that_fit_counts_the_matrix_twice():
+  """39 fields: 2 x 39 x 12 bytes of matrix + 80 of vectors a row."""
+  assert linear_fit.rows_that_fit(39, 1_016 * 1000) == int(
+      linear_fit.MEMORY_SHARE * 1000)
