@@ -21,7 +21,7 @@ from sklearn import metrics
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from pipeline import metadata
+from commands import study_data
 from pipeline.config import PipelineConfig
 from trainer_module import input_pipeline
 from trainer_module import linear_fit
@@ -41,18 +41,17 @@ def main() -> None:
   args = parser.parse_args()
   config = PipelineConfig.from_fields(dataset=args.dataset, data="-",
                                       output=args.run)
-  uris = metadata.node_artifacts(config.metadata_path, config.pipeline_name,
-                                 "Transform", inputs=True)
-  output = tft.TFTransformOutput(uris["transform_graph"])
+  inputs = study_data.transform_artifacts(config)
+  output = tft.TFTransformOutput(inputs.transform_graph)
   spec = TrainerSettings(dataset=args.dataset).spec
   data = input_pipeline.training_data(
-      sorted(glob.glob(os.path.join(uris["examples"], "Split-train", "*"))),
+      sorted(glob.glob(os.path.join(inputs.raw_examples, "Split-train", "*"))),
       output, spec.label, 1024, seed=0)
   sizes = preprocessing.vocabulary_sizes(output, spec, linear=True)
   rows = linear_fit.one_hot_rows(itertools.chain(
       data.in_memory.batches(65536, shuffle=False), data.validation), sizes)
   records = tf.data.TFRecordDataset(
-      sorted(glob.glob(os.path.join(uris["examples"], "Split-eval", "*"))),
+      sorted(glob.glob(os.path.join(inputs.raw_examples, "Split-eval", "*"))),
       compression_type="GZIP").batch(65536)
   eval_batches = []
   for batch in records:

@@ -29,7 +29,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from pipeline import metadata
+from commands import study_data
 from pipeline.config import PipelineConfig
 from trainer_module import input_pipeline
 from trainer_module import trainer
@@ -63,10 +63,9 @@ def main() -> None:
   args = parser.parse_args()
   config = PipelineConfig.from_fields(dataset=args.dataset, data="-",
                                       output=args.run)
-  uris = metadata.node_artifacts(config.metadata_path, config.pipeline_name,
-                                 "Transform", inputs=True)
-  output = tft.TFTransformOutput(uris["transform_graph"])
-  examples = uris["examples"]
+  inputs = study_data.transform_artifacts(config)
+  output = tft.TFTransformOutput(inputs.transform_graph)
+  examples = inputs.raw_examples
   train_files = sorted(glob.glob(os.path.join(examples, "Split-train", "*")))
   eval_records = [r.numpy() for r in tf.data.TFRecordDataset(
       sorted(glob.glob(os.path.join(examples, "Split-eval", "*"))),
