@@ -135,6 +135,8 @@ class StudySetup:
   baseline: Optional[keras.Model]  # None when every run is done.
   results: str  # The directory of study.csv (results_dir).
   fingerprint: str  # data_fingerprint of the Transform output.
+  machine: str  # machine_description()
+  commit: str  # code_commit()
 
 
 def results_dir(config: PipelineConfig, results: Optional[str]) -> str:
@@ -290,21 +292,15 @@ def _note(line: str) -> None:
 class _Progress:
   """A step of the study as the console shows a pipeline component (a line
   at its start and one at its end with its time, console.
-  ComponentProgress): through runner.PROGRESS_LOGGER, so that under `study`
+  ComponentProgress): through runner.log_progress, so that under `study`
   it reaches the console while the libraries' output goes to the log."""
   name: str
 
   def started(self) -> None:
-    logging.getLogger(runner.PROGRESS_LOGGER).info(
-        "%s %s", self.name, runner.STARTED,
-        extra={"node": self.name, "event": runner.STARTED})
+    runner.log_progress(self.name, runner.STARTED)
 
   def finished(self, summary: str) -> None:
-    logging.getLogger(runner.PROGRESS_LOGGER).info(
-        "%s %s: %s", self.name, runner.FINISHED, summary,
-        extra={"node": self.name, "event": runner.FINISHED,
-               "summary": summary})
-
+    runner.log_progress(self.name, runner.FINISHED, summary)
 
 
 class LastEpochWeights(keras.callbacks.Callback):
@@ -356,7 +352,7 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
          "dense_lr": hparams["dense_lr"], "embed_lr": hparams["embed_lr"],
          "l2": hparams["l2"], "train_examples": data.train_examples,
          "data_fingerprint": setup.fingerprint,
-         "machine": machine_description(), "commit": code_commit()}
+         "machine": setup.machine, "commit": setup.commit}
   last_epoch = LastEpochWeights()
   start = time.perf_counter()
   try:
@@ -538,7 +534,8 @@ def run_study(config: PipelineConfig, runs: Sequence[StudyRun],
       train_files=tuple(train_files),
       baseline=train_baseline(config, train_files, tf_transform_output,
                               results, fingerprint) if todo else None,
-      results=results, fingerprint=fingerprint)
+      results=results, fingerprint=fingerprint,
+      machine=machine_description(), commit=code_commit())
   for i, run in enumerate(todo, start=1):
     progress = _Progress(f"run {i}/{len(todo)} {run.key}")
     progress.started()

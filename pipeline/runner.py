@@ -84,6 +84,14 @@ def run_temp_dir() -> Iterator[None]:
       tempfile.tempdir = shared
 
 
+def log_progress(node: str, event: str, summary: str = "") -> None:
+  """One record of PROGRESS_LOGGER: `node` STARTED or FINISHED (with a
+  one-line `summary` of what it did, if any)."""
+  logging.getLogger(PROGRESS_LOGGER).info(
+      "%s %s%s", node, event, f": {summary}" if summary else "",
+      extra={"node": node, "event": event, "summary": summary})
+
+
 # The components running now in this process (an interrupted run names
 # them).
 _RUNNING = set()
@@ -99,16 +107,13 @@ class _NodeWithProgressDoFn(beam_dag_runner.PipelineNodeAsDoFn):
 
   def _run_node(self) -> None:
     node = self._pipeline_node.node_info.id
-    progress = logging.getLogger(PROGRESS_LOGGER)
-    progress.info("%s %s", node, STARTED,
-                  extra={"node": node, "event": STARTED})
+    log_progress(node, STARTED)
     _RUNNING.add(node)
     try:
       super()._run_node()
     finally:
       _RUNNING.discard(node)
-    progress.info("%s %s", node, FINISHED,
-                  extra={"node": node, "event": FINISHED})
+    log_progress(node, FINISHED)
 
 
 class BeamDagRunnerWithProgress(beam_dag_runner.BeamDagRunner):

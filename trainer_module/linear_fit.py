@@ -43,14 +43,12 @@ GRADIENT_TOLERANCE = 1e-4
 # 2M rows a share of 1 chose C = 0.03, eval AUC 0.7448 (scikit-learn's
 # 0.7450), in 344 s; a share of 0.1 the same in 584 s (docs/lr_baseline.md).
 PENALTY_SHARE = 1.0
+MAX_ITERATIONS = 1000
 
 
 def tolerance(c: float, weight: float) -> float:
   """The solver's tolerance at C = `c` over rows of total `weight`."""
   return min(GRADIENT_TOLERANCE, PENALTY_SHARE / (c * weight))
-
-
-MAX_ITERATIONS = 1000
 
 
 # What a row costs the fit, per field: a float64 value and an int32 column
@@ -93,14 +91,13 @@ class OneHotRows:
     matrix: [rows, sum of vocabulary sizes] CSR, one 1 per field and row.
     labels: [rows] 0/1.
     weights: [rows] sample weights (1 without negative sampling).
-    offsets: per field of `fields`, its first column.
-    fields: the fields, in the model's order.
+    offsets: per field (the model's order), its first column; the last
+      entry is the number of columns.
   """
   matrix: sparse.csr_matrix
   labels: np.ndarray
   weights: np.ndarray
   offsets: np.ndarray
-  fields: Sequence[str]
 
 
 def one_hot_rows(batches: Iterable[Any], vocab_sizes: Mapping[str, int]
@@ -108,12 +105,12 @@ def one_hot_rows(batches: Iterable[Any], vocab_sizes: Mapping[str, int]
   """The (features, label[, weight]) batches' rows, one-hot (CSR)."""
   fields = tuple(vocab_sizes)
   offsets = np.cumsum([0] + [vocab_sizes[f] for f in fields])
+  sizes = offsets[1:] - offsets[:-1]
   columns, labels, weights = [], [], []
   for batch in batches:
     features, label, weight = keras.utils.unpack_x_y_sample_weight(batch)
     ids = np.stack([np.asarray(features[f]).reshape(-1) for f in fields],
                    axis=1).astype(np.int64)
-    sizes = offsets[1:] - offsets[:-1]
     bad = (ids < 0) | (ids >= sizes)
     if bad.any():
       field = fields[int(np.argwhere(bad)[0][1])]
@@ -132,7 +129,7 @@ def one_hot_rows(batches: Iterable[Any], vocab_sizes: Mapping[str, int]
        np.arange(0, len(indices) + 1, len(fields), dtype=np.int64)),
       shape=(rows, int(offsets[-1])))
   return OneHotRows(matrix, np.concatenate(labels), np.concatenate(weights),
-                    offsets, fields)
+                    offsets)
 
 
 def weighted_logloss(labels: np.ndarray, logits: np.ndarray,
@@ -140,12 +137,6 @@ def weighted_logloss(labels: np.ndarray, logits: np.ndarray,
   """The weighted mean log loss of logits (stable for large |logit|)."""
   losses = np.logaddexp(0.0, logits) - labels * logits
   return float(np.average(losses, weights=weights))
-
-
-def inverse_strength(l2: float, examples: float) -> float:
-  """scikit-learn's C of our l2 (l2 |W|^2 on the loss averaged over
-  `examples`): its objective C * sum(loss) + |W|^2 / 2, scaled."""
-  return 1.0 / (2.0 * l2 * examples)
 
 
 def fit_path(rows: OneHotRows, validation_start: int,
@@ -173,8 +164,7 @@ def fit_path(rows: OneHotRows, validation_start: int,
   labels, weights = rows.labels[validation_start:], rows.weights[
       validation_start:]
   solver = linear_model.LogisticRegression(
-      solver=SOLVER, max_iter=MAX_ITERATIONS,
-      warm_start=True)
+      solver=SOLVER, max_iter=MAX_ITERATIONS, warm_start=True)
   grid: List[Dict[str, Any]] = []
   kept: Optional[Dict[str, Any]] = None
   for c in c_grid:
