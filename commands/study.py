@@ -75,7 +75,7 @@ SHARED_SETTINGS = ("min_frequency", "eval_fraction", "epochs", "hparams",
                    "auto_hparams", "step", "model_options",
                    "frequency_thresholds", "negative_sampling_rate",
                    "replicas", "push", "distill", "distill_label_weight",
-                   "distribution", "cpu_devices")
+                   "distribution", "cpu_devices", "baseline_rows")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -275,9 +275,11 @@ def train_baseline(config: PipelineConfig, train_files: Sequence[str],
   with open(record, "w") as f:
     json.dump({"c": trained["c"], "l2": trained["l2"],
                "data_fingerprint": fingerprint,
+               "train_rows": trained["train_rows"],
                "grid": trained["grid"], "seconds": trained["seconds"]},
               f, indent=2)
-  progress.finished(f"C {trained['c']:g}, validation AUC "
+  progress.finished(f"C {trained['c']:g} on {trained['train_rows']:,} "
+                    "training rows, validation AUC "
                     f"{trained['best']['val_auc']:.4f}, "
                     f"{trained['seconds']:.0f} s")
   return baseline
@@ -633,6 +635,11 @@ def main(args: argparse.Namespace) -> int:
             f"Model options: {trainer_settings.model_options}; embedding "
             f"update {step.embedding_update}; negative sampling rate "
             f"{trainer_settings.negative_sampling_rate}.",
+            "Logistic-regression baseline (the `lr_` columns): fitted on "
+            + (f"the first {trainer_settings.baseline_rows:,} training rows "
+               "(`--baseline-rows`)" if trainer_settings.baseline_rows else
+               "the training rows that fit in memory")
+            + "; `baseline.json` has its C and rows.",
             "Id-frequency buckets: the pipeline's id_frequency slice "
             "(geometric mean over fields of the training count of the "
             f"example's ids, OOV ids 0): < {rare} rare, < {frequent} medium, "

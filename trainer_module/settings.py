@@ -262,6 +262,9 @@ class TrainerSettings:
       seed (initialisation and data order); their Prediction Difference
       measures reproducibility (Anil et al. 2022, section 5).
     push: one of PUSH_MODES: what the exported model serves with replicas.
+    baseline_rows: fit the logistic-regression baseline on at most this
+      many training rows, the first ones (None: all that fit in memory).
+      Its cost grows faster than the rows (docs/lr_baseline.md).
     serve: one of SERVE_MODES: "best" serves the logistic-regression
       baseline instead when its validation AUC beats the model's (at small
       data sizes a linear model often ranks better), "model" the model.
@@ -321,6 +324,10 @@ class TrainerSettings:
   push: str = options.option(
       DEFAULT_PUSH, "with replicas, serve their mean probability (ensemble) "
       "or replica 0 (single)", choices=PUSH_MODES)
+  baseline_rows: Optional[int] = options.option(
+      None, "fit the logistic-regression baseline on at most N training "
+      "rows, the first ones: its cost grows faster than the rows (default: "
+      "all that fit in memory)", parse=int, metavar="N")
   serve: str = options.option(
       DEFAULT_SERVE, "best: serve the logistic-regression baseline instead "
       "of the model when its AUC on the validation slice is higher (the run "
@@ -365,6 +372,8 @@ class TrainerSettings:
     for name in ("batch_size", "epochs", "base_batch_size",
                  "reference_examples", "replicas", "cpu_devices"):
       check_positive_int(name, getattr(self, name))
+    if self.baseline_rows is not None:
+      check_positive_int("baseline_rows", self.baseline_rows)
     if self.frequency_field not in (ALL_FIELDS,) + spec.categorical_features:
       raise ValueError(f"frequency field {self.frequency_field!r} is not "
                        f"'{ALL_FIELDS}' or a categorical feature of "

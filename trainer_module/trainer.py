@@ -184,15 +184,17 @@ def train_baseline(settings: TrainerSettings, data: TrainingData,
       data.click_rate, l2_of_c(BASELINE_C_GRID[0], data.train_examples))
   train_part = (data.in_memory.batches(_ONE_HOT_BATCH, shuffle=False)
                 if data.in_memory is not None else data.train)
-  train_rows = min(data.train_examples, max(
-      linear_fit.rows_that_fit(len(model.vocab_sizes),
-                               psutil.virtual_memory().available) -
-      data.validation_examples, _MIN_BASELINE_ROWS))
+  in_memory = max(linear_fit.rows_that_fit(
+      len(model.vocab_sizes), psutil.virtual_memory().available) -
+                  data.validation_examples, _MIN_BASELINE_ROWS)
+  train_rows = min(data.train_examples, in_memory,
+                   settings.baseline_rows or data.train_examples)
   if train_rows < data.train_examples:
     logging.warning(
         "the logistic-regression baseline is fitted on the first %d of the "
-        "%d training rows: the one-hot rows of all of them would not fit "
-        "in memory", train_rows, data.train_examples)
+        "%d training rows: %s", train_rows, data.train_examples,
+        "--baseline-rows" if train_rows < in_memory else
+        "the one-hot rows of all of them would not fit in memory")
   rows = linear_fit.one_hot_rows(itertools.chain(
       linear_fit.first_rows(train_part, train_rows), data.validation),
                                  model.vocab_sizes)

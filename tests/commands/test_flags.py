@@ -73,6 +73,7 @@ SAMPLES = {
     "distribution": ("none", "none"),
     "cpu_devices": ("2", 2),
     "seed": ("5", 5),
+    "baseline_rows": ("500000", 500_000),
     "tune": (None, True),
     "tuner": ("bayesian", "bayesian"),
     "trials": ("3", 3),

@@ -149,9 +149,17 @@ def test_console_shows_progress_and_the_headline_and_logs_the_rest(
   # A "served:" line when the logistic regression ranked better and is
   # served instead (trainer.choose_served).
   lr_served = _record(output)["served"]["served"] == contract.LR_OUTPUT
-  expected = HEADLINE[:2] + ("served:",) * lr_served + HEADLINE[2:]
-  headline = lines[-len(expected):]
+  start = max(i for i, l in enumerate(lines) if l.startswith("model:"))
+  headline = lines[start:]
+  # "on noise:" lines after the verdict when a check passed on its
+  # interval alone (report_text.noise_passes); they explain, so they go.
+  noise = [l for l in headline if l.startswith("on noise:   ")]
+  expected = (HEADLINE[:2] + ("served:",) * lr_served + HEADLINE[2:4] +
+              ("on",) * len(noise) + HEADLINE[4:])
   assert [l.split()[0] for l in headline] == list(expected), console_output
+  assert all(re.search(r"95% interval .* more eval rows would decide$", l)
+             for l in noise), noise
+  headline = [l for l in headline if l not in noise]
   if lr_served:
     assert "the logistic-regression baseline, not the deepfm" in headline[2]
     headline = headline[:2] + headline[3:]
@@ -165,7 +173,7 @@ def test_console_shows_progress_and_the_headline_and_logs_the_rest(
   assert all(f"{c} " in headline[4] for c in COMPONENTS)
   assert headline[5] == f"report:     {output / 'report' / 'index.html'}"
   library = [l for l in lines
-             if l not in progress + skipped + headline]
+             if l not in progress + skipped + headline + noise]
   assert len(library) <= MAX_LIBRARY_LINES, library
   log = (output / console.LOG_FILE).read_text()
   assert "Could not find cuda drivers" in log or "oneDNN" in log

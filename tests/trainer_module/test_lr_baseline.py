@@ -107,3 +107,17 @@ def test_baseline_matches_sklearn_logistic_regression_cv(run):
       labels.append(label.numpy().ravel())
   assert np.mean(np.concatenate(predictions)) == pytest.approx(
       np.mean(np.concatenate(labels)), abs=2e-4)
+
+
+def test_baseline_rows_caps_the_rows_fitted(run, caplog):
+  """--baseline-rows: the first N training rows, said in the log and the
+  record; the validation slice still chooses C."""
+  train_files, _, _, output = run
+  settings = TrainerSettings(dataset="criteo", seed=0, baseline_rows=5_000)
+  data = input_pipeline.training_data(train_files, output, SPEC.label,
+                                      settings.batch_size, seed=0)
+  _, record = trainer.train_baseline(settings, data, output)
+  assert record["train_rows"] == 5_000 < data.train_examples
+  assert record["best"]["val_auc"] > 0.6
+  assert f"on the first 5000 of the {data.train_examples} training rows: " \
+         "--baseline-rows" in caplog.text
