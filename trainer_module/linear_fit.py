@@ -44,6 +44,12 @@ GRADIENT_TOLERANCE = 1e-4
 # 0.7450), in 344 s; a share of 0.1 the same in 584 s (docs/lr_baseline.md).
 PENALTY_SHARE = 1.0
 MAX_ITERATIONS = 1000
+# The L2 path fits at most this many training rows, the first ones; only
+# the refit fits them all. The grid is in C, whose best value did not move
+# with the rows (l2 = 1 / (2 C n): C = 0.03 at 20k, 200k and 2M rows), while
+# the path's cost grows with them: at 2M rows it was 284 of the fit's 343 s
+# (docs/lr_baseline.md).
+PATH_ROWS = 500_000
 
 
 def tolerance(c: float, weight: float) -> float:
@@ -140,14 +146,15 @@ def weighted_logloss(labels: np.ndarray, logits: np.ndarray,
 
 
 def fit_path(rows: OneHotRows, validation_start: int,
-             c_grid: Sequence[float]) -> Dict[str, Any]:
+             c_grid: Sequence[float], path_rows: int = PATH_ROWS
+            ) -> Dict[str, Any]:
   """The L2 path, strongest first, then the refit on both parts.
 
   `rows` holds the training part, then the validation slice from row
   `validation_start` on: one matrix, not two copies. The path fits the
-  training part alone (a view of its rows), the validation slice's log
-  loss chooses C, and the refit fits both parts, continuing from the
-  chosen fit (the validation slice is a tenth of the
+  training part's first `path_rows` rows (a view of them), the validation
+  slice's log loss chooses C, and the refit fits both parts whole,
+  continuing from the chosen fit (the validation slice is a tenth of the
   split, and a linear model on one-hot ids still gains from every row:
   docs/lr_baseline.md). Each C starts from the previous one's weights, and
   the path stops at the first C worse than the one before it (the
@@ -155,11 +162,13 @@ def fit_path(rows: OneHotRows, validation_start: int,
 
   Returns:
     {"grid": [{"c", "iterations", "val_logloss", "seconds"}], "c" (the
-    kept one), "coef" [columns] and "intercept" (the refitted weights),
-    "path_coef", "path_intercept" (the kept C's fit before the refit, what
-    the validation slice measured), "refit": {"iterations", "seconds"}.
+    kept one), "path_rows" (the rows the path fitted), "coef" [columns] and
+    "intercept" (the refitted weights), "path_coef", "path_intercept" (the
+    kept C's fit before the refit, what the validation slice measured),
+    "refit": {"iterations", "seconds"}.
   """
-  train = _leading_rows(rows.matrix, validation_start)
+  path_rows = min(path_rows, validation_start)
+  train = _leading_rows(rows.matrix, path_rows)
   validation = rows.matrix[validation_start:]
   labels, weights = rows.labels[validation_start:], rows.weights[
       validation_start:]
@@ -169,10 +178,9 @@ def fit_path(rows: OneHotRows, validation_start: int,
   kept: Optional[Dict[str, Any]] = None
   for c in c_grid:
     start = time.perf_counter()
-    solver.set_params(C=c, tol=tolerance(
-        c, rows.weights[:validation_start].sum()))
-    solver.fit(train, rows.labels[:validation_start],
-               sample_weight=rows.weights[:validation_start])
+    solver.set_params(C=c, tol=tolerance(c, rows.weights[:path_rows].sum()))
+    solver.fit(train, rows.labels[:path_rows],
+               sample_weight=rows.weights[:path_rows])
     logits = validation @ solver.coef_[0] + solver.intercept_[0]
     loss = weighted_logloss(labels, logits, weights)
     grid.append({"c": c, "iterations": int(solver.n_iter_[0]),
@@ -187,7 +195,8 @@ def fit_path(rows: OneHotRows, validation_start: int,
                                                 rows.weights.sum()))
   solver.coef_[0], solver.intercept_[0] = kept["coef"], kept["intercept"]
   solver.fit(rows.matrix, rows.labels, sample_weight=rows.weights)
-  return {"grid": grid, "c": kept["c"], "path_coef": kept["coef"],
+  return {"grid": grid, "c": kept["c"], "path_rows": path_rows,
+          "path_coef": kept["coef"],
           "path_intercept": kept["intercept"],
           "coef": solver.coef_[0].copy(),
           "intercept": float(solver.intercept_[0]),

@@ -158,8 +158,9 @@ def train_baseline(settings: TrainerSettings, data: TrainingData,
   The model's ids one-hot (linear_fit.one_hot_rows), fitted by scikit-
   learn's Newton-CG along BASELINE_C_GRID, strongest first, warm-started,
   stopping at the first C worse than the one before it on the validation
-  slice's log loss; the kept C is then refitted on the training part and
-  the validation slice together (linear_fit.fit_path). The fit is
+  slice's log loss, on the training part's first linear_fit.PATH_ROWS rows;
+  the kept C is then refitted on the whole training part and the validation
+  slice together (linear_fit.fit_path). The fit is
   deterministic: no seed.
 
   No bias recentring afterwards: the intercept is not penalised, so at the
@@ -173,7 +174,8 @@ def train_baseline(settings: TrainerSettings, data: TrainingData,
     measures the model's: choose_served compares the two), "grid" [{"c",
     "l2", "iterations", "val_logloss", "seconds"}], "c" and "l2" (the kept
     one's), "train_rows" (the training rows fitted: the first ones that fit
-    in memory, linear_fit.rows_that_fit; all of them up to millions),
+    in memory, linear_fit.rows_that_fit, and at most baseline_rows; all of
+    them up to millions), "path_rows" (those the L2 path fitted),
     "refit" ({"iterations", "seconds"}) and "seconds" (the whole
     fit's wall time, the one-hot rows included: the baseline's cost next to
     the model's).
@@ -210,10 +212,10 @@ def train_baseline(settings: TrainerSettings, data: TrainingData,
   linear_fit.set_linear_weights(model, fitted["coef"], fitted["intercept"])
   record.update(
       best={f"val_{k}": float(v) for k, v in best.items()},
-      grid=[dict(g, l2=l2_of_c(g["c"], train_rows))
+      grid=[dict(g, l2=l2_of_c(g["c"], fitted["path_rows"]))
             for g in fitted["grid"]],
       c=fitted["c"], l2=l2_of_c(fitted["c"], train_rows),
-      train_rows=train_rows,
+      train_rows=train_rows, path_rows=fitted["path_rows"],
       refit=fitted["refit"], seconds=time.perf_counter() - start)
   return model, record
 

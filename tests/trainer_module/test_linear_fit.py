@@ -102,6 +102,32 @@ def test_the_path_fits_the_training_part_and_chooses_by_the_slice():
   np.testing.assert_allclose(other["path_coef"], first["path_coef"])
 
 
+def test_the_path_fits_its_first_rows_and_the_refit_all_of_them():
+  """path_rows: each C of the path is scikit-learn's fit of the training
+  part's first rows alone (the rest change no path weight); the refit is
+  still the optimum over every row of both parts."""
+  train = _rows(7, 400)
+  changed = (train[0], np.where(np.arange(400) < 150, train[1],
+                                1 - train[1]), train[2])
+  rows, start = _parts(train, _rows(8, 100))
+  other, _ = _parts(changed, _rows(8, 100))
+  grid = (0.01, 0.1)
+  fitted = linear_fit.fit_path(rows, start, grid, path_rows=150)
+  assert fitted["path_rows"] == 150
+  np.testing.assert_allclose(
+      linear_fit.fit_path(other, start, grid, path_rows=150)["path_coef"],
+      fitted["path_coef"])
+  whole = linear_fit.fit_path(rows, start, grid[:len(fitted["grid"])],
+                              path_rows=start)
+  assert whole["path_rows"] == start
+  assert not np.allclose(whole["path_coef"], fitted["path_coef"])
+  x, y = rows.matrix.toarray(), rows.labels
+  p = 1 / (1 + np.exp(-(x @ fitted["coef"] + fitted["intercept"])))
+  gradient = (x.T @ (p - y) / len(y) +
+              2 * l2_of_c(fitted["c"], len(y)) * fitted["coef"])
+  assert np.abs(gradient).max() < 1e-4
+
+
 def test_the_weights_written_back_give_the_model_the_linear_scores():
   model = models.build_model(models.LOGISTIC_REGRESSION, VOCAB, ())
   features, labels, weights = _rows(5, 50)
