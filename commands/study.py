@@ -226,19 +226,14 @@ def run_config(config: PipelineConfig, run: StudyRun) -> PipelineConfig:
       step=dataclasses.replace(config.trainer.step, cowclip=run.cowclip)))
 
 
-# The study's logistic-regression baseline, kept in its DIR (weights, and
-# the L2 its search chose).
-BASELINE_WEIGHTS = "baseline.weights.h5"
-BASELINE_RECORD = "baseline.json"
-
-
 def train_baseline(config: PipelineConfig, train_files: Sequence[str],
                    tf_transform_output: tft.TFTransformOutput, results: str,
                    fingerprint: str) -> keras.Model:
   """The logistic-regression baseline every run's export serves beside the
   model (the Evaluator's config reads it), fitted as run_fn does, once per
-  study and kept in its results directory: a resumed study, on this machine
-  or another, serves the same baseline as its finished runs.
+  study and kept in its results directory (trainer.keep_baseline): a
+  resumed study, on this machine or another, serves the same baseline as
+  its finished runs.
 
   Raises:
     ValueError: the kept baseline was fitted on other data.
@@ -247,37 +242,24 @@ def train_baseline(config: PipelineConfig, train_files: Sequence[str],
       list(train_files), tf_transform_output, config.spec.label,
       config.trainer.batch_size,
       negative_sampling_rate=config.trainer.negative_sampling_rate)
-  weights = os.path.join(results, BASELINE_WEIGHTS)
-  record = os.path.join(results, BASELINE_RECORD)
+  record_path = os.path.join(results, trainer.BASELINE_RECORD)
   progress = _Progress("baseline")
   progress.started()
-  if os.path.exists(weights) and os.path.exists(record):
-    with open(record) as f:
-      kept = json.load(f)
-    if kept.get("data_fingerprint", fingerprint) != fingerprint:
+  kept = trainer.kept_baseline(config.trainer, data, tf_transform_output,
+                               results)
+  if kept is not None:
+    baseline, record = kept
+    if record.get("data_fingerprint", fingerprint) != fingerprint:
       raise ValueError(
-          f"{record}: the kept baseline was fitted on other data (data "
-          f"fingerprint {kept['data_fingerprint']}, this data's "
+          f"{record_path}: the kept baseline was fitted on other data (data "
+          f"fingerprint {record['data_fingerprint']}, this data's "
           f"{fingerprint}); give another --results")
-    baseline, _ = model_building.build_and_compile(
-        config.trainer, {}, tf_transform_output, data.train_examples,
-        data.click_rate, kept["l2"])
-    baseline.evaluate(data.validation.take(1), verbose=0)  # Builds it.
-    baseline.load_weights(weights)
-    progress.finished(f"kept in {record} (C {kept['c']:g})")
+    progress.finished(f"kept in {record_path} (C {record['c']:g})")
     return baseline
   baseline, trained = trainer.train_baseline(config.trainer, data,
                                              tf_transform_output)
-  # The weights first, under a name a crash leaves unused.
-  partial = weights.replace(".weights.h5", ".partial.weights.h5")
-  baseline.save_weights(partial)
-  os.replace(partial, weights)
-  with open(record, "w") as f:
-    json.dump({"c": trained["c"], "l2": trained["l2"],
-               "data_fingerprint": fingerprint,
-               "train_rows": trained["train_rows"],
-               "grid": trained["grid"], "seconds": trained["seconds"]},
-              f, indent=2)
+  trainer.keep_baseline(baseline, trained, results,
+                        data_fingerprint=fingerprint)
   progress.finished(f"C {trained['c']:g} on {trained['train_rows']:,} "
                     "training rows, validation AUC "
                     f"{trained['best']['val_auc']:.4f}, "

@@ -69,6 +69,36 @@ def criteo_transform(criteo_examples, tmp_path_factory):
   return str(directory)
 
 
+# The study and benchmark tests' data: generated Criteo rows of seed 1,
+# ingested and transformed at this vocabulary threshold.
+STUDY_ROWS = 3000
+STUDY_MIN_FREQUENCY = 3
+
+
+@pytest.fixture(scope="session")
+def criteo_study_dir(tmp_path_factory):
+  """(data DIR, work DIR): STUDY_ROWS generated Criteo rows, and a work DIR
+  whose pipeline DIR, work/pipeline (`benchmark --work-dir`'s layout),
+  holds their ExampleGen and Transform, run once as `study` and
+  `benchmark` run them (commands.study_data.transform_once). A study given
+  `--data` and `--output work/pipeline`, or a benchmark given `--data` and
+  `--work-dir work`, finds them in the cache instead of re-running them.
+  The study tests keep their results apart (`study --results`), so none
+  sees another's."""
+  # pylint: disable=g-import-not-at-top
+  from commands import generate
+  from commands import study_data
+  from pipeline.config import PipelineConfig
+  # pylint: enable=g-import-not-at-top
+  root = tmp_path_factory.mktemp("criteo_study")
+  data = root / "data"
+  generate.write_synthetic("criteo", STUDY_ROWS, 1, str(data / "train.txt"))
+  study_data.transform_once(PipelineConfig.from_fields(
+      dataset="criteo", data=str(data), output=str(root / "pipeline"),
+      min_frequency=STUDY_MIN_FREQUENCY))
+  return data, root
+
+
 CRITEO_SCHEMA_DIR = os.path.join(os.path.dirname(__file__), "..", "schema",
                                  "criteo")
 

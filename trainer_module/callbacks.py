@@ -1,12 +1,17 @@
-"""The Keras callbacks of every training: the NaN guard, the step timer and
+"""The Keras callbacks of every training: the NaN guard, the step timer,
 early stopping (the Trainer, the Tuner's trials, the study and the
-benchmark use them)."""
+benchmark use them) and the Trainer's backup, from which a killed fit
+resumes."""
 
+import io
+import json
 import math
+import os
 import time
-from typing import Optional
+from typing import Dict, List, Optional
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 
@@ -117,3 +122,114 @@ def early_stopping() -> keras.callbacks.EarlyStopping:
   return keras.callbacks.EarlyStopping(
       monitor=EARLY_STOPPING_MONITOR, mode="min",
       patience=EARLY_STOPPING_PATIENCE, restore_best_weights=True)
+
+
+class TrainingBackup(keras.callbacks.BackupAndRestore):
+  """Keras' BackupAndRestore, which keeps the weights, the optimizer's
+  state and the epoch at each epoch's end, and also what it does not keep:
+  early stopping's state (best value and epoch, best weights, epochs
+  waited), every epoch's metrics, and whether the fit ended. A fit killed
+  after epoch k and started again with the same backup_dir continues at
+  epoch k + 1 and ends as the uninterrupted fit would (issue #45); one that
+  had ended ends again at once, with its best weights. The backup stays
+  when the fit ends: a Trainer killed in its next fit (a replica, the
+  student) finds this one done. The Trainer deletes the backups when it
+  completes (run_fn).
+
+  Give it after `stopping` in the callbacks: it saves after early stopping
+  has seen the epoch and restores after it has reset itself.
+
+  `write_dir`: where to write instead, on a multi-worker run's other
+  workers: each worker saves (saving may read variables collectively) and
+  restores from the chief's backup, but only the chief's is kept.
+  """
+
+  STATE = "fit_state.json"
+  BEST_WEIGHTS = "best_weights.npz"
+
+  def __init__(self, backup_dir: str, stopping: keras.callbacks.EarlyStopping,
+               write_dir: Optional[str] = None):
+    super().__init__(backup_dir, save_freq="epoch", delete_checkpoint=False)
+    self._stopping = stopping
+    self._write_dir = write_dir
+    self.history: Dict[str, List[float]] = {}
+    self._epochs = 0
+
+  def epochs_done(self) -> int:
+    """The epochs the backup holds (0: none, or one not written whole)."""
+    state = self._state()
+    return state["epoch"] if state else 0
+
+  def _state(self) -> Optional[dict]:
+    """Our state, if it and Keras' metadata are of the same epoch (a kill
+    between the two writes leaves them apart: then no backup)."""
+    try:
+      with tf.io.gfile.GFile(os.path.join(self.backup_dir, self.STATE)) as f:
+        state = json.load(f)
+      with tf.io.gfile.GFile(self._training_metadata_path) as f:
+        keras_epoch = json.load(f)["epoch"]
+    except (tf.errors.OpError, OSError, ValueError, KeyError):
+      return None
+    return state if state.get("epoch") == keras_epoch else None
+
+  def on_train_begin(self, logs=None):
+    state = self._state()
+    if (state is None and self._write_dir is None and
+        tf.io.gfile.exists(self.backup_dir)):
+      tf.io.gfile.rmtree(self.backup_dir)  # Not written whole.
+    if state is not None:
+      super().on_train_begin(logs)  # The weights, optimizer and epoch.
+      stopping = self._stopping
+      if stopping.monitor_op is None:
+        # Keras sets it, and `best` to infinity, at the first epoch's end
+        # otherwise: after this, it keeps the best restored here.
+        stopping._set_monitor_op()  # pylint: disable=protected-access
+      stopping.best, stopping.wait = state["best"], state["wait"]
+      stopping.best_epoch = state["best_epoch"]
+      with tf.io.gfile.GFile(os.path.join(self.backup_dir, self.BEST_WEIGHTS),
+                             "rb") as f, np.load(f) as saved:
+        stopping.best_weights = [saved[f"w{i}"] for i in range(len(saved))]
+      self.history, self._epochs = state["history"], state["epoch"]
+      if state["finished"]:
+        self.model._initial_epoch = self.params["epochs"]  # pylint: disable=protected-access
+    if self._write_dir is not None:
+      self.backup_dir = self._write_dir
+      self._weights_path = os.path.join(self._write_dir, "latest.weights.h5")
+      self._training_metadata_path = os.path.join(
+          self._write_dir, "training_metadata.json")
+
+  def on_epoch_end(self, epoch, logs=None):
+    for name, value in (logs or {}).items():
+      self.history.setdefault(name, []).append(float(value))
+    self._epochs = epoch + 1
+    super().on_epoch_end(epoch, logs)  # Keras' weights and epoch first.
+    weights = {f"w{i}": w
+               for i, w in enumerate(self._stopping.best_weights or [])}
+    npz = io.BytesIO()  # np.savez seeks: a GFile being written cannot.
+    np.savez(npz, **weights)
+    _write_atomically(os.path.join(self.backup_dir, self.BEST_WEIGHTS),
+                      npz.getvalue())
+    self._write_state(finished=False)
+
+  def on_train_end(self, logs=None):
+    if self._epochs:
+      self._write_state(finished=True)
+    if self._write_dir is not None and tf.io.gfile.exists(self._write_dir):
+      tf.io.gfile.rmtree(self._write_dir)
+
+  def _write_state(self, finished: bool) -> None:
+    stopping = self._stopping
+    state = {"epoch": self._epochs, "finished": finished,
+             "best": float(stopping.best), "wait": stopping.wait,
+             "best_epoch": stopping.best_epoch, "history": self.history}
+    _write_atomically(os.path.join(self.backup_dir, self.STATE),
+                      json.dumps(state).encode())
+
+
+def _write_atomically(path: str, content: bytes) -> None:
+  """`content` to a file beside `path`, then renamed to it (any file system
+  TensorFlow reads: the backup may be on GCS)."""
+  partial = path + ".partial"
+  with tf.io.gfile.GFile(partial, "wb") as f:
+    f.write(content)
+  tf.io.gfile.rename(partial, path, overwrite=True)

@@ -13,6 +13,7 @@ probability.
 """
 
 import dataclasses
+import hashlib
 import itertools
 import json
 import os
@@ -58,7 +59,8 @@ _MIN_BASELINE_ROWS = 100_000
 def fit(model: models.CTRModel, data: TrainingData, epochs: int,
         callbacks: Sequence[keras.callbacks.Callback] = (),
         verbose: Any = "auto", initial_epoch: int = 0,
-        epoch_steps: Optional[int] = None) -> Dict[str, Any]:
+        epoch_steps: Optional[int] = None,
+        backup_dir: Optional[str] = None) -> Dict[str, Any]:
   """Trains up to `epochs` epochs with early stopping on the validation
   slice; the model ends with its best epoch's weights, its bias recentred
   (training.recalibrate_bias): its mean prediction on that slice set to the
@@ -66,20 +68,46 @@ def fit(model: models.CTRModel, data: TrainingData, epochs: int,
 
   `initial_epoch` resumes (Hyperband's trials); `epoch_steps` caps the
   steps of an epoch (the benchmark's fixed step count; None: the whole
-  training part).
+  training part); `backup_dir`: where the fit keeps its state at each
+  epoch's end and resumes from (callbacks_lib.TrainingBackup), a path that
+  outlives the Trainer's execution and names what the fit is (run_fn).
 
   Returns:
     The record of the training: history (every epoch run), epochs_run and
-    best_epoch (1-based) with its validation metrics, and the bias_shift.
+    best_epoch (1-based) with its validation metrics, and the bias_shift;
+    with a backup, "resumed_after" (the epochs it held).
   """
   stopping = callbacks_lib.early_stopping()
+  fit_callbacks = [*callbacks, stopping]
+  resumed_after = 0
+  if backup_dir is not None:
+    # Only the chief's backup is kept; the other workers write theirs to
+    # scratch (TrainingBackup).
+    saver = callbacks_lib.TrainingBackup(
+        backup_dir, stopping,
+        None if distribution.is_chief(model.distribute_strategy)
+        else tempfile.mkdtemp(prefix="backup-"))
+    fit_callbacks.append(saver)
+    resumed_after = saver.epochs_done()
+    if resumed_after:
+      logging.info("resuming the fit in %s after its epoch %d", backup_dir,
+                   resumed_after)
+    # The epochs done drew their data orders: draw them again, so the
+    # next epoch reads the order it would have (in_memory's shuffle draws
+    # a seed per pass).
+    for _ in range(resumed_after):
+      iter(data.train)
   history = model.fit(distribution.split_by_examples(data.train),
                       validation_data=distribution.split_by_examples(
                           data.validation),
                       epochs=epochs, initial_epoch=initial_epoch,
                       steps_per_epoch=epoch_steps, verbose=verbose,
-                      callbacks=[*callbacks, stopping])
-  curves = {k: [float(v) for v in vs] for k, vs in history.history.items()}
+                      callbacks=fit_callbacks)
+  if backup_dir is not None:
+    curves = saver.history  # The epochs before the kill too.
+  else:
+    curves = {k: [float(v) for v in vs]
+              for k, vs in history.history.items()}
   # Index into this fit's epochs (Hyperband resumes at initial_epoch).
   best = max(stopping.best_epoch - initial_epoch, 0)
   return {"history": curves,
@@ -88,7 +116,9 @@ def fit(model: models.CTRModel, data: TrainingData, epochs: int,
           "epochs_run": len(curves.get("loss", [])),
           "best_epoch": best + 1,
           "best": {k: vs[best] for k, vs in curves.items()
-                   if k.startswith("val_") and len(vs) > best}}
+                   if k.startswith("val_") and len(vs) > best},
+          **({"resumed_after": resumed_after} if resumed_after else {})}
+
 
 
 def train(settings: TrainerSettings, data: TrainingData,
@@ -100,7 +130,8 @@ def train(settings: TrainerSettings, data: TrainingData,
           epoch_steps: Optional[int] = None, vocab_scale: int = 1,
           callbacks: Sequence[keras.callbacks.Callback] = (),
           verbose: Any = "auto",
-          teachers: Sequence[models.CTRModel] = ()
+          teachers: Sequence[models.CTRModel] = (),
+          backup_dir: Optional[str] = None
          ) -> Tuple[models.CTRModel, Dict[str, Any]]:
   """The one training path: run_fn, the tuner's trials, the study and the
   benchmark all train through it, on the Transform output.
@@ -129,6 +160,7 @@ def train(settings: TrainerSettings, data: TrainingData,
     verbose: Keras' fit verbosity.
     teachers: distil these models into the new one (training.distill_from,
       with settings.distill_label_weight); () for plain training.
+    backup_dir: see fit (None: no backup).
 
   Returns:
     The trained model and its record: build_and_compile's (when it built
@@ -144,7 +176,8 @@ def train(settings: TrainerSettings, data: TrainingData,
   if teachers:
     training.distill_from(model, teachers, settings.distill_label_weight)
   record.update(fit(model, data, settings.epochs if epochs is None else
-                    epochs, callbacks, verbose, initial_epoch, epoch_steps))
+                    epochs, callbacks, verbose, initial_epoch, epoch_steps,
+                    backup_dir))
   if data.negative_sampling:
     record["negative_sampling"] = dict(data.negative_sampling)
   return model, record
@@ -220,12 +253,55 @@ def train_baseline(settings: TrainerSettings, data: TrainingData,
   return model, record
 
 
+# A fitted baseline kept in a directory: its weights, and its record (the
+# keys below, and any the caller adds: the study's data fingerprint).
+BASELINE_WEIGHTS = "baseline.weights.h5"
+BASELINE_RECORD = "baseline.json"
+BASELINE_RECORD_KEYS = ("best", "grid", "c", "l2", "train_rows", "path_rows",
+                        "refit", "seconds")
+
+
+def keep_baseline(model: models.CTRModel, record: Mapping[str, Any],
+                  directory: str, **extra: Any) -> None:
+  """Writes the fitted baseline and its record (BASELINE_RECORD_KEYS, and
+  `extra`) to `directory`, the weights first, under a name a kill leaves
+  unused."""
+  tf.io.gfile.makedirs(directory)
+  weights = os.path.join(directory, BASELINE_WEIGHTS)
+  partial = weights.replace(".weights.h5", ".partial.weights.h5")
+  model.save_weights(partial)
+  tf.io.gfile.rename(partial, weights, overwrite=True)
+  with tf.io.gfile.GFile(os.path.join(directory, BASELINE_RECORD), "w") as f:
+    json.dump({**{k: record[k] for k in BASELINE_RECORD_KEYS if k in record},
+               **extra}, f, indent=2)
+
+
+def kept_baseline(settings: TrainerSettings, data: TrainingData,
+                  tf_transform_output: tft.TFTransformOutput, directory: str
+                 ) -> Optional[Tuple[models.CTRModel, Dict[str, Any]]]:
+  """The baseline keep_baseline wrote to `directory`, and its record; None
+  when it holds none."""
+  weights = os.path.join(directory, BASELINE_WEIGHTS)
+  path = os.path.join(directory, BASELINE_RECORD)
+  if not (tf.io.gfile.exists(weights) and tf.io.gfile.exists(path)):
+    return None
+  with tf.io.gfile.GFile(path) as f:
+    record = json.load(f)
+  model, _ = build_and_compile(settings, {}, tf_transform_output,
+                               data.train_examples, data.click_rate,
+                               record["l2"])
+  model.evaluate(data.validation.take(1), verbose=0)  # Builds it.
+  model.load_weights(weights)
+  return model, record
+
+
 def train_replicas(settings: TrainerSettings, data: TrainingData,
                    train_files: List[str],
                    tf_transform_output: tft.TFTransformOutput,
                    tuned: Mapping[str, Any], log_dir: Optional[str],
                    seed: Optional[int] = None, verbose: Any = "auto",
-                   callbacks: Sequence[keras.callbacks.Callback] = ()
+                   callbacks: Sequence[keras.callbacks.Callback] = (),
+                   backup_root: Optional[str] = None
                   ) -> Tuple[List[models.CTRModel], Dict[str, Any]]:
   """settings.replicas models trained through train(), identically but for
   the seed: replica i is seeded with seed + i (initialisation) and reads the
@@ -237,7 +313,9 @@ def train_replicas(settings: TrainerSettings, data: TrainingData,
   run's seed, run_fn settings.seed. One
   replica trains on `data` as given (its shuffle seeded by training_data).
   `log_dir`: TensorBoard logs (None: none); `callbacks`: more Keras
-  callbacks, given to every replica's fit. The record is replica 0's; with
+  callbacks, given to every replica's fit; `backup_root`: each fit's
+  backup in its own folder of it (fit; None: none). The record is replica
+  0's; with
   replicas, "replicas" lists each one's seed, epochs and best validation
   metrics (the report's per-replica AUC).
   """
@@ -259,7 +337,8 @@ def train_replicas(settings: TrainerSettings, data: TrainingData,
           os.path.join(log_dir, contract.replica_output(index)))))
     model, record = train(
         settings, replica_data, tf_transform_output, tuned, seed=replica_seed,
-        callbacks=replica_callbacks, verbose=verbose)
+        callbacks=replica_callbacks, verbose=verbose,
+        backup_dir=_backup_dir(backup_root, contract.replica_output(index)))
     replicas.append(model)
     records.append(record)
   record = records[0]
@@ -273,13 +352,18 @@ def train_replicas(settings: TrainerSettings, data: TrainingData,
         settings, data, tf_transform_output, tuned,
         seed=None if seed is None else seed + count, verbose=verbose,
         callbacks=[callbacks_lib.ThroughputLogger(settings.batch_size),
-                   *callbacks], teachers=replicas)
+                   *callbacks], teachers=replicas,
+        backup_dir=_backup_dir(backup_root, "student"))
     record["distillation"] = {
         **{k: student_record[k] for k in ("epochs_run", "best_epoch",
                                           "best", "bias_shift")},
         **compare_with_ensemble(student, replicas, data.validation)}
     return [student], record
   return replicas, record
+
+
+def _backup_dir(root: Optional[str], name: str) -> Optional[str]:
+  return None if root is None else os.path.join(root, name)
 
 
 def compare_with_ensemble(student: models.CTRModel,
@@ -368,17 +452,26 @@ def run_fn(fn_args) -> None:
       model_options(settings, tuned).embedding_dim, batch_size,
       data.train_examples, psutil.virtual_memory().available,
       settings.replicas + int(settings.distill)))
+  backups = backup_root(fn_args, tuned)
   replicas, record = train_replicas(
       settings, data, fn_args.train_files, tf_transform_output, tuned,
-      fn_args.model_run_dir, seed=settings.seed)
-  baseline, baseline_record = train_baseline(settings, data,
-                                             tf_transform_output)
+      fn_args.model_run_dir, seed=settings.seed, backup_root=backups)
+  kept = kept_baseline(settings, data, tf_transform_output, backups)
+  if kept is None:
+    baseline, baseline_record = train_baseline(settings, data,
+                                               tf_transform_output)
+    if distribution.is_chief(replicas[0].distribute_strategy):
+      keep_baseline(baseline, baseline_record, backups)
+  else:
+    baseline, baseline_record = kept
+    logging.info("the logistic-regression baseline fitted before the "
+                 "Trainer was stopped, from %s", backups)
   record.update(
       train_examples=data.train_examples,
       validation_examples=data.validation_examples,
       steps_per_epoch=steps_per_epoch(data.train_examples, batch_size),
-      logistic_regression={k: baseline_record[k] for k in (
-          "best", "grid", "c", "l2", "train_rows", "refit", "seconds")},
+      logistic_regression={k: baseline_record[k]
+                           for k in BASELINE_RECORD_KEYS},
       served=choose_served(settings, record, baseline_record))
   serve_baseline = record["served"]["served"] == contract.LR_OUTPUT
   logging.info("serving the %s: validation AUC %.4f (the logistic-regression "
@@ -403,4 +496,28 @@ def run_fn(fn_args) -> None:
     with tf.io.gfile.GFile(os.path.join(directory, contract.TRAINING_RECORD),
                            "w") as f:
       json.dump(record, f, indent=2, sort_keys=True)
+  # Done: this Trainer's backups, and any an earlier one left, go.
+  if tf.io.gfile.exists(os.path.dirname(backups)):
+    tf.io.gfile.rmtree(os.path.dirname(backups))
   release_memory()
+
+
+# The Trainer's fits keep their backups under the pipeline root, beside
+# its executions' outputs: <root>/Trainer/backup/<key>/.
+BACKUP_DIR = "backup"
+
+
+def backup_root(fn_args, tuned: Mapping[str, Any]) -> str:
+  """Where this Trainer's fits keep their backups (fit), one folder each:
+  a path every execution of the Trainer on the same inputs and settings
+  finds (the next execution after a kill resumes from it), and no other.
+
+  The key hashes what the fits depend on: the settings, the tuned values,
+  the train files and the Transform output (new data: new artifacts)."""
+  key = hashlib.sha256(json.dumps(
+      [fn_args.custom_config, dict(tuned), sorted(fn_args.train_files),
+       fn_args.transform_output], sort_keys=True,
+      default=str).encode()).hexdigest()[:16]
+  # model_run_dir: <root>/Trainer/model_run/<execution id>.
+  component_dir = os.path.dirname(os.path.dirname(fn_args.model_run_dir))
+  return os.path.join(component_dir, BACKUP_DIR, key)

@@ -1,9 +1,11 @@
 """docs/lr_baseline.md, "The fit's solver": the baseline's whole path and
 refit (linear_fit.fit_path) with scikit-learn's Newton-CG and L-BFGS at
-several tolerances, alternating in one process, on a finished run's
-Transform output: seconds, iterations, the kept C and the eval AUC.
+several tolerances, and with the L2 path on the first N training rows or
+all of them, alternating in one process, on a finished run's Transform
+output: seconds, iterations, the kept C and the eval AUC.
 
-  PYTHONPATH=. python docs/scripts/lr_solver_ab.py --run DIR [--rounds 2]
+  PYTHONPATH=. python docs/scripts/lr_solver_ab.py --run DIR [--rounds 2] \
+      [--cases newton-cg:1e-4,...] [--path-rows 500000,all]
 """
 
 import argparse
@@ -38,6 +40,15 @@ def main() -> None:
   parser.add_argument("--dataset", default="criteo")
   parser.add_argument("--run", required=True, help="a pipeline run's DIR")
   parser.add_argument("--rounds", type=int, default=2)
+  parser.add_argument(
+      "--cases", type=lambda v: [(c.split(":")[0], float(c.split(":")[1]))
+                                 for c in v.split(",")],
+      default=list(CASES), help="SOLVER:TOLERANCE,...")
+  parser.add_argument(
+      "--path-rows", type=lambda v: [None if n == "all" else int(n)
+                                     for n in v.split(",")],
+      default=[linear_fit.PATH_ROWS], help="N,...: the L2 path's training "
+      "rows ('all': the whole training part)")
   args = parser.parse_args()
   config = PipelineConfig.from_fields(dataset=args.dataset, data="-",
                                       output=args.run)
@@ -60,21 +71,25 @@ def main() -> None:
     eval_batches.append(({k: v.numpy() for k, v in transformed.items()},
                          transformed[spec.label].numpy()))
   evaluation = linear_fit.one_hot_rows(eval_batches, sizes)
-  print("round | solver | tolerance | seconds | kept C | iterations per C; "
-        "refit | eval AUC")
+  print("round | solver | tolerance | path rows | seconds (path; refit) | "
+        "kept C | iterations per C; refit | eval AUC")
   for round_index in range(1, args.rounds + 1):
-    for solver, tolerance in CASES:
+    for (solver, tolerance), path_rows in itertools.product(
+        args.cases, args.path_rows):
       linear_fit.SOLVER, linear_fit.GRADIENT_TOLERANCE = solver, tolerance
       start = time.perf_counter()
       fitted = linear_fit.fit_path(rows, data.train_examples,
-                                   model_building.BASELINE_C_GRID)
+                                   model_building.BASELINE_C_GRID,
+                                   path_rows or data.train_examples)
       seconds = time.perf_counter() - start
+      refit = fitted["refit"]["seconds"]
       auc = metrics.roc_auc_score(
           evaluation.labels,
           evaluation.matrix @ fitted["coef"] + fitted["intercept"])
       iterations = ", ".join(str(g["iterations"]) for g in fitted["grid"])
-      print(f"{round_index} | {solver} | {tolerance:g} | {seconds:.1f} | "
-            f"{fitted['c']:g} | {iterations}; "
+      print(f"{round_index} | {solver} | {tolerance:g} | "
+            f"{fitted['path_rows']:,} | {seconds:.1f} ({seconds - refit:.1f}"
+            f"; {refit:.1f}) | {fitted['c']:g} | {iterations}; "
             f"{fitted['refit']['iterations']} | {auc:.5f}", flush=True)
 
 

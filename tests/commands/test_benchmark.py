@@ -10,7 +10,7 @@ import pytest
 from commands import benchmark
 from commands import cli
 from commands import flags
-from commands import generate
+from conftest import STUDY_MIN_FREQUENCY
 from trainer_module import features
 from trainer_module import input_pipeline
 from trainer_module import precision
@@ -18,20 +18,19 @@ from trainer_module import models
 from trainer_module import preprocessing
 
 
-MIN_FREQUENCY = 3
 
 
-@pytest.fixture(scope="module")
-def criteo_file(tmp_path_factory):
-  path = tmp_path_factory.mktemp("bench") / "criteo.txt"
-  generate.write_synthetic("criteo", 2000, 3, str(path))
-  return path
+@pytest.fixture(name="criteo_file")
+def _criteo_file(criteo_study_dir):
+  """The study tests' data (its ExampleGen and Transform are cached in
+  work_dir's pipeline DIR: conftest.criteo_study_dir)."""
+  return criteo_study_dir[0]
 
 
-@pytest.fixture(scope="module")
-def work_dir(criteo_file):
-  """The benchmark's kept work directory: one Transform for both tests."""
-  return criteo_file.parent / "work"
+@pytest.fixture(name="work_dir")
+def _work_dir(criteo_study_dir):
+  """The benchmark's kept work directory: the shared Transform."""
+  return criteo_study_dir[1]
 
 
 @pytest.mark.slow
@@ -39,7 +38,7 @@ def test_adapter_reads_the_real_transform_output(criteo_file, work_dir):
   """The benchmark trains on ExampleGen's rows through the real Transform
   graph (the transformed-feature contract of trainer_module.features), not
   on a re-implementation of it."""
-  data = benchmark.transform(features.CRITEO, str(criteo_file), MIN_FREQUENCY,
+  data = benchmark.transform(features.CRITEO, str(criteo_file), STUDY_MIN_FREQUENCY,
                              str(work_dir / "pipeline"))
   sizes = preprocessing.vocabulary_sizes(data.tf_transform_output,
                                          features.CRITEO)
@@ -57,7 +56,7 @@ def test_adapter_reads_the_real_transform_output(criteo_file, work_dir):
   # that often in the train split.
   counts = preprocessing.vocabulary_frequencies(data.tf_transform_output,
                                                 "C1")
-  assert counts.min() >= MIN_FREQUENCY
+  assert counts.min() >= STUDY_MIN_FREQUENCY
 
 
 def test_cases_cover_batch_update_cowclip_and_larger_vocabularies():
@@ -103,7 +102,7 @@ def test_benchmark_command_writes_positive_rates(criteo_file, work_dir,
   out = tmp_path / "bench.csv"
   code = cli.main(["benchmark", "--data", str(criteo_file),
                    "--batch-sizes", "64", "--hidden-units", "16",
-                   "--min-frequency", str(MIN_FREQUENCY), "--vocab-scale", "3",
+                   "--min-frequency", str(STUDY_MIN_FREQUENCY), "--vocab-scale", "3",
                    "--warmup-steps", "1", "--steps", "2",
                    "--inputs", "pipeline,fixed",
                    "--work-dir", str(work_dir), "--output", str(out)])
@@ -149,7 +148,7 @@ def test_a_timed_case_runs_the_callbacks_it_is_given(criteo_file, work_dir):
 
   counter = CountSteps()
 
-  data = benchmark.transform(features.CRITEO, str(criteo_file), MIN_FREQUENCY,
+  data = benchmark.transform(features.CRITEO, str(criteo_file), STUDY_MIN_FREQUENCY,
                              str(work_dir / "pipeline"))
   result = benchmark.time_training_step(
       "deepfm", features.CRITEO, data,

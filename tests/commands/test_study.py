@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from commands import cli
-from commands import generate
 from commands import study
 from commands import study_evaluation
 from commands import study_results
+from conftest import STUDY_MIN_FREQUENCY
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_eval_config
 from trainer_module import callbacks as callbacks_lib
@@ -364,7 +364,7 @@ class _FirstEpochBest(keras.callbacks.EarlyStopping):
 
 @pytest.mark.slow
 def test_a_run_past_its_best_epoch_is_also_evaluated_at_its_last(
-    tmp_path, monkeypatch):
+    criteo_study_dir, tmp_path, monkeypatch):
   """The kept model is the best epoch's; the last epoch's is exported and
   evaluated beside it (last_* columns), its bias refitted the same way."""
   monkeypatch.setattr(
@@ -373,14 +373,14 @@ def test_a_run_past_its_best_epoch_is_also_evaluated_at_its_last(
           monitor=callbacks_lib.EARLY_STOPPING_MONITOR, mode="min",
           patience=callbacks_lib.EARLY_STOPPING_PATIENCE,
           restore_best_weights=True))
-  data = tmp_path / "data"
-  generate.write_synthetic("criteo", 3000, 1, str(data / "train.txt"))
-  out = tmp_path / "study"
+  data, work = criteo_study_dir
+  results = tmp_path / "past_best"
   assert cli.main(["study", "--dataset", "criteo", "--data", str(data),
-                   "--output", str(out), "--batch-sizes", "256", "--rules",
+                   "--output", str(work / "pipeline"), "--results",
+                   str(results), "--batch-sizes", "256", "--rules",
                    "none", "--seeds", "7", "--epochs", "3", "--hidden-units",
-                   "16", "--min-frequency", "3"]) == 0
-  (row,) = study_results.read_rows(str(out / "study.csv"))
+                   "16", "--min-frequency", str(STUDY_MIN_FREQUENCY)]) == 0
+  (row,) = study_results.read_rows(str(results / "study.csv"))
   assert row["best_epoch"] == 1 and row["epochs_run"] > 1
   for kept, last in (("auc", "last_auc"), ("logloss", "last_logloss")):
     assert 0 < row[last] and row[last] != row[kept]
@@ -391,63 +391,28 @@ def test_a_run_past_its_best_epoch_is_also_evaluated_at_its_last(
   assert all(0 < v for v in losses) and all(0 < v < 1 for v in aucs)
   assert study_results.steps_to_logloss(row, losses[0]) == row["steps"] / (
       row["epochs_run"])
-  run_dir = out / "runs" / "deepfm-none-noclip-b256-s7"
+  # With --results apart, the runs go under DIR/runs/<results' name>/.
+  run_dir = work / "pipeline" / "runs" / "past_best" / (
+      "deepfm-none-noclip-b256-s7")
   assert (run_dir / "serving_last").is_dir() and (run_dir / "tfma_last").is_dir()
 
 
 @pytest.mark.slow
-def test_a_study_resumes_from_its_results_in_a_fresh_dir(tmp_path,
-                                                        monkeypatch, capfd):
-  """Results kept apart from the DIR (as in git, docs/study.md): a fresh
-  DIR, on a fresh machine, reruns Transform, serves the kept baseline,
-  trains only the missing runs, and refuses rows of other data."""
-  data = tmp_path / "data"
-  generate.write_synthetic("criteo", 3000, 1, str(data / "train.txt"))
-  results = tmp_path / "results"
-  argv = ["study", "--dataset", "criteo", "--data", str(data),
-          "--results", str(results), "--batch-sizes", "256", "--rules",
-          "none", "--epochs", "1", "--hidden-units", "16",
-          "--min-frequency", "3", "--seeds"]
-  assert cli.main(argv + ["7", "--output", str(tmp_path / "first")]) == 0
-  assert (results / study.BASELINE_WEIGHTS).stat().st_size > 0
-  kept = json.loads((results / study.BASELINE_RECORD).read_text())
-  assert kept["l2"] > 0 and kept["data_fingerprint"]
-  assert not (tmp_path / "first" / "study.csv").exists()
-
-  def no_search(*args, **kwargs):
-    raise AssertionError("the baseline was searched again")
-
-  monkeypatch.setattr(trainer, "train_baseline", no_search)
-  capfd.readouterr()
-  assert cli.main(argv + ["7,8", "--output", str(tmp_path / "fresh")]) == 0
-  assert "1 of 2 runs already" in capfd.readouterr().out
-  first, resumed = study_results.read_rows(str(results / "study.csv"))
-  assert (first["seed"], resumed["seed"]) == (7, 8)
-  assert first["data_fingerprint"] == resumed["data_fingerprint"] == kept[
-      "data_fingerprint"]
-  assert "cores" in resumed["machine"] and resumed["commit"]
-  assert (resumed["lr_auc"], resumed["lr_logloss"]) == (first["lr_auc"],
-                                                        first["lr_logloss"])
-
-  csv_path = results / "study.csv"
-  csv_path.write_text(csv_path.read_text().replace(
-      kept["data_fingerprint"], "0123456789abcdef", 1))
-  assert cli.main(argv + ["7,8,9", "--output", str(tmp_path / "other")]) == 1
-  error = capfd.readouterr().err
-  assert ("run deepfm-none-noclip-b256-s7 was trained on other data (data "
-          "fingerprint 0123456789abcdef" in error), error
-  assert "Traceback" not in error
-
-
-@pytest.mark.slow
-def test_study_command_trains_every_run_and_resumes(tmp_path, capfd):
-  data = tmp_path / "data"
-  generate.write_synthetic("criteo", 3000, 1, str(data / "train.txt"))
-  out = tmp_path / "study"
-  argv = ["study", "--dataset", "criteo", "--data", str(data), "--output",
-          str(out), "--batch-sizes", "256,1024", "--rules", "none,sqrt,cowclip",
-          "--seeds", "7", "--epochs", "1", "--hidden-units", "16",
-          "--min-frequency", "3", "--embed-lr", "1e-3"]
+def test_study_command_trains_every_run_and_resumes(criteo_study_dir,
+                                                   tmp_path, monkeypatch,
+                                                   capfd):
+  """Every run of the grid, the console, the report; a re-run trains
+  nothing; then, with the results kept apart from the DIR (as in git, docs/
+  study.md), a fresh DIR, as on a fresh machine, reruns Transform, serves
+  the kept baseline, trains only the missing run, and refuses rows of
+  other data."""
+  data, work = criteo_study_dir
+  results = tmp_path / "grid"
+  flags = ["study", "--dataset", "criteo", "--data", str(data), "--results",
+           str(results), "--epochs", "1", "--hidden-units", "16",
+           "--min-frequency", str(STUDY_MIN_FREQUENCY), "--embed-lr", "1e-3"]
+  argv = flags + ["--output", str(work / "pipeline"), "--batch-sizes",
+                  "256,1024", "--rules", "none,sqrt,cowclip", "--seeds", "7"]
   assert cli.main(argv) == 0
   console = capfd.readouterr().out
   # The console reads like `run`'s: Transform and the baseline start and
@@ -459,11 +424,11 @@ def test_study_command_trains_every_run_and_resumes(tmp_path, capfd):
                "logs/run.log"):
     assert line in console, (line, console)
   assert "WARNING" not in console
-  assert (out / "logs" / "run.log").stat().st_size > 0
+  assert (work / "pipeline" / "logs" / "run.log").stat().st_size > 0
   # At the base batch (1024) sqrt trains exactly as none: reused, not rerun.
   assert ("run 4/6 deepfm-sqrt-noclip-b1024-s7 done in" in console and
           "trains exactly as a finished run" in console)
-  with open(out / "study.csv", newline="") as f:
+  with open(results / "study.csv", newline="") as f:
     rows = list(csv.DictReader(f))
   assert sorted(r["run"] for r in rows) == sorted(
       r.key for r in study.study_runs(["deepfm"], ["none", "sqrt", "cowclip"],
@@ -487,13 +452,47 @@ def test_study_command_trains_every_run_and_resumes(tmp_path, capfd):
     assert float(row["eval_examples"]) > 0
     sqrt_of_quarter = row["run"] == "deepfm-sqrt-noclip-b256-s7"
     assert float(row["embed_lr"]) == 1e-3 * (0.5 if sqrt_of_quarter else 1)
-  report = (out / "study.md").read_text()
+  report = (results / "study.md").read_text()
   assert "## deepfm: Eval AUC" in report and "| cowclip |" in report
   for name in ("auc_vs_batch.png", "epoch_time_vs_batch.png",
                "auc_by_frequency.png"):
-    assert (out / name).stat().st_size > 0
+    assert (results / name).stat().st_size > 0
 
-  before = (out / "study.csv").read_text()
+  before = (results / "study.csv").read_text()
   assert cli.main(argv) == 0
   assert "6 of 6 runs already" in capfd.readouterr().out
-  assert (out / "study.csv").read_text() == before
+  assert (results / "study.csv").read_text() == before
+
+  # A fresh DIR: the kept baseline, and the one missing run.
+  assert (results / trainer.BASELINE_WEIGHTS).stat().st_size > 0
+  kept = json.loads((results / trainer.BASELINE_RECORD).read_text())
+  assert kept["l2"] > 0 and kept["data_fingerprint"]
+  assert kept["train_rows"] > 0
+  assert not (work / "pipeline" / "study.csv").exists()
+
+  def no_search(*args, **kwargs):
+    raise AssertionError("the baseline was searched again")
+
+  monkeypatch.setattr(trainer, "train_baseline", no_search)
+  fresh = flags + ["--output", str(tmp_path / "fresh"), "--batch-sizes",
+                   "256", "--rules", "none", "--seeds"]
+  assert cli.main(fresh + ["7,8"]) == 0
+  assert "1 of 2 runs already" in capfd.readouterr().out
+  rows = study_results.read_rows(str(results / "study.csv"))
+  first = next(r for r in rows if r["run"] == "deepfm-none-noclip-b256-s7")
+  resumed = rows[-1]
+  assert resumed["run"] == "deepfm-none-noclip-b256-s8"
+  assert first["data_fingerprint"] == resumed["data_fingerprint"] == kept[
+      "data_fingerprint"]
+  assert "cores" in resumed["machine"] and resumed["commit"]
+  assert (resumed["lr_auc"], resumed["lr_logloss"]) == (first["lr_auc"],
+                                                        first["lr_logloss"])
+
+  csv_path = results / "study.csv"
+  csv_path.write_text(csv_path.read_text().replace(
+      kept["data_fingerprint"], "0123456789abcdef", 1))
+  assert cli.main(fresh + ["7,8,9"]) == 1
+  error = capfd.readouterr().err
+  assert ("run deepfm-none-noclip-b256-s7 was trained on other data (data "
+          "fingerprint 0123456789abcdef" in error), error
+  assert "Traceback" not in error

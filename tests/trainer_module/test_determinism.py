@@ -3,10 +3,12 @@ Transform output of generated rows read from several files, exports models
 that serve the same predictions (to 1e-6); another seed does not. Also the
 seeded Tuner's trials, and the training cache's release."""
 
+import json
 import os
 import types
 import weakref
 
+import keras
 import keras_tuner
 import numpy as np
 import pytest
@@ -15,6 +17,7 @@ import tensorflow_transform as tft
 
 from conftest import split_records
 import script_output
+from trainer_module import callbacks as callbacks_lib
 from trainer_module import contract
 from trainer_module import input_pipeline
 from trainer_module import trainer
@@ -48,11 +51,12 @@ def _inputs(criteo_examples, criteo_transform, tmp_path_factory):
   return files, criteo_transform, split_records(criteo_examples, "eval")
 
 
-def _served(inputs, seed, out_dir):
+def _served(inputs, seed, out_dir, epochs=2):
   """run_fn with `seed`; the exported model's outputs on the eval split."""
   files, output, eval_records = inputs
   settings = TrainerSettings(
-      dataset="criteo", batch_size=128, epochs=2, seed=seed, serve="model",
+      dataset="criteo", batch_size=128, epochs=epochs, seed=seed,
+      serve="model",
       model_options=ModelOptions(embedding_dim=4, hidden_units=(16, 16)))
   serving_dir = os.path.join(out_dir, "serving")
   trainer.run_fn(types.SimpleNamespace(
@@ -74,6 +78,44 @@ def test_same_seed_same_predictions_other_seed_other(inputs, tmp_path):
   other = _served(inputs, 4, str(tmp_path / "c"))
   assert np.abs(other[contract.PREDICTION_KEY] -
                 first[contract.PREDICTION_KEY]).max() > 1e-4
+
+
+class _KilledAfterEpoch2(keras.callbacks.EarlyStopping):
+  """Early stopping as the Trainer's, and a kill as its third epoch
+  begins (what Ctrl-C or a preempted node does to a fit)."""
+
+  def on_epoch_begin(self, epoch, logs=None):
+    if epoch == 2:
+      raise KeyboardInterrupt
+
+
+def test_a_killed_trainer_resumes_after_its_last_epoch_and_serves_the_same(
+    inputs, tmp_path, monkeypatch):
+  """run_fn killed after epoch 2 of 3, then run again as the next Trainer
+  execution (new output directories, the same pipeline root): it continues
+  from its backup (weights, optimizer, early stopping, data order) and
+  serves what an uninterrupted run serves, to 1e-6 (issue #45)."""
+  whole = _served(inputs, 3, str(tmp_path / "whole" / "execution"), epochs=3)
+  with monkeypatch.context() as patch, pytest.raises(KeyboardInterrupt):
+    patch.setattr(callbacks_lib, "early_stopping",
+                  lambda: _KilledAfterEpoch2(
+                      monitor=callbacks_lib.EARLY_STOPPING_MONITOR,
+                      mode="min",
+                      patience=callbacks_lib.EARLY_STOPPING_PATIENCE,
+                      restore_best_weights=True))
+    _served(inputs, 3, str(tmp_path / "root" / "killed"), epochs=3)
+  (state,) = (tmp_path / "root" / trainer.BACKUP_DIR).glob(
+      f"*/{contract.replica_output(0)}/fit_state.json")
+  assert json.loads(state.read_text())["epoch"] == 2
+  resumed = _served(inputs, 3, str(tmp_path / "root" / "resumed"), epochs=3)
+  for name in (contract.PREDICTION_KEY, contract.LR_OUTPUT):
+    np.testing.assert_allclose(resumed[name], whole[name], rtol=0, atol=1e-6,
+                               err_msg=name)
+  record = json.loads((tmp_path / "root" / "resumed" / "serving" /
+                       contract.TRAINING_RECORD).read_text())
+  assert record["resumed_after"] == 2 and record["epochs_run"] == 3
+  # Completed: no backup is left.
+  assert not (tmp_path / "root" / trainer.BACKUP_DIR).exists()
 
 
 def test_run_fn_lets_the_training_cache_go_before_the_export(
