@@ -59,8 +59,11 @@ def main() -> None:
       sorted(glob.glob(os.path.join(inputs.raw_examples, "Split-train", "*"))),
       output, spec.label, 1024, seed=0)
   sizes = preprocessing.vocabulary_sizes(output, spec, linear=True)
+  start = time.perf_counter()
   rows = linear_fit.one_hot_rows(itertools.chain(
       data.in_memory.batches(65536, shuffle=False), data.validation), sizes)
+  print(f"one-hot rows: {rows.labels.size:,} ({data.train_examples:,} "
+        f"training) in {time.perf_counter() - start:.1f} s", flush=True)
   records = tf.data.TFRecordDataset(
       sorted(glob.glob(os.path.join(inputs.raw_examples, "Split-eval", "*"))),
       compression_type="GZIP").batch(65536)

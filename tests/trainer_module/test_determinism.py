@@ -51,13 +51,20 @@ def _inputs(criteo_examples, criteo_transform, tmp_path_factory):
   return files, criteo_transform, split_records(criteo_examples, "eval")
 
 
-def _served(inputs, seed, out_dir, epochs=2):
+# Three epochs: a kill after the second leaves one to resume.
+_EPOCHS = 3
+
+
+def _served(inputs, seed, out_dir):
   """run_fn with `seed`; the exported model's outputs on the eval split."""
   files, output, eval_records = inputs
   settings = TrainerSettings(
-      dataset="criteo", batch_size=128, epochs=epochs, seed=seed,
+      dataset="criteo", batch_size=128, epochs=_EPOCHS, seed=seed,
       serve="model",
-      model_options=ModelOptions(embedding_dim=4, hidden_units=(16, 16)))
+      # float32 whatever the cores: the module fixture seed_3 runs before
+      # the autouse one that pins `auto` (conftest).
+      model_options=ModelOptions(embedding_dim=4, hidden_units=(16, 16),
+                                 precision="float32"))
   serving_dir = os.path.join(out_dir, "serving")
   trainer.run_fn(types.SimpleNamespace(
       custom_config=settings.to_custom_config(),
@@ -69,8 +76,16 @@ def _served(inputs, seed, out_dir, epochs=2):
       examples=tf.constant(eval_records)).items()}
 
 
-def test_same_seed_same_predictions_other_seed_other(inputs, tmp_path):
-  first = _served(inputs, 3, str(tmp_path / "a"))
+@pytest.fixture(name="seed_3", scope="module")
+def _seed_3(inputs, tmp_path_factory):
+  """The served outputs of run_fn with seed 3, run once for the tests
+  that compare with it."""
+  return _served(inputs, 3, str(tmp_path_factory.mktemp("seed_3") / "run"))
+
+
+def test_same_seed_same_predictions_other_seed_other(inputs, seed_3,
+                                                     tmp_path):
+  first = seed_3
   again = _served(inputs, 3, str(tmp_path / "b"))
   for name in (contract.PREDICTION_KEY, contract.LR_OUTPUT):
     np.testing.assert_allclose(again[name], first[name], rtol=0, atol=1e-6,
@@ -90,12 +105,12 @@ class _KilledAfterEpoch2(keras.callbacks.EarlyStopping):
 
 
 def test_a_killed_trainer_resumes_after_its_last_epoch_and_serves_the_same(
-    inputs, tmp_path, monkeypatch):
+    inputs, seed_3, tmp_path, monkeypatch):
   """run_fn killed after epoch 2 of 3, then run again as the next Trainer
   execution (new output directories, the same pipeline root): it continues
   from its backup (weights, optimizer, early stopping, data order) and
   serves what an uninterrupted run serves, to 1e-6 (issue #45)."""
-  whole = _served(inputs, 3, str(tmp_path / "whole" / "execution"), epochs=3)
+  whole = seed_3
   with monkeypatch.context() as patch, pytest.raises(KeyboardInterrupt):
     patch.setattr(callbacks_lib, "early_stopping",
                   lambda: _KilledAfterEpoch2(
@@ -103,11 +118,11 @@ def test_a_killed_trainer_resumes_after_its_last_epoch_and_serves_the_same(
                       mode="min",
                       patience=callbacks_lib.EARLY_STOPPING_PATIENCE,
                       restore_best_weights=True))
-    _served(inputs, 3, str(tmp_path / "root" / "killed"), epochs=3)
+    _served(inputs, 3, str(tmp_path / "root" / "killed"))
   (state,) = (tmp_path / "root" / trainer.BACKUP_DIR).glob(
       f"*/{contract.replica_output(0)}/fit_state.json")
   assert json.loads(state.read_text())["epoch"] == 2
-  resumed = _served(inputs, 3, str(tmp_path / "root" / "resumed"), epochs=3)
+  resumed = _served(inputs, 3, str(tmp_path / "root" / "resumed"))
   for name in (contract.PREDICTION_KEY, contract.LR_OUTPUT):
     np.testing.assert_allclose(resumed[name], whole[name], rtol=0, atol=1e-6,
                                err_msg=name)
