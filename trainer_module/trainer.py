@@ -90,8 +90,8 @@ def fit(model: models.CTRModel, data: TrainingData, epochs: int,
     fit_callbacks.append(saver)
     resumed_after = saver.epochs_done()
     if resumed_after:
-      logging.info("resuming the fit in %s after its epoch %d", backup_dir,
-                   resumed_after)
+      logging.warning("resuming the fit in %s after its epoch %d",
+                      backup_dir, resumed_after)
     # The epochs done drew their data orders: draw them again, so the
     # next epoch reads the order it would have (in_memory's shuffle draws
     # a seed per pass).
@@ -464,8 +464,8 @@ def run_fn(fn_args) -> None:
       keep_baseline(baseline, baseline_record, backups)
   else:
     baseline, baseline_record = kept
-    logging.info("the logistic-regression baseline fitted before the "
-                 "Trainer was stopped, from %s", backups)
+    logging.warning("the logistic-regression baseline fitted before the "
+                    "Trainer was stopped, from %s", backups)
   record.update(
       train_examples=data.train_examples,
       validation_examples=data.validation_examples,

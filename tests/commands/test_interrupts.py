@@ -1,5 +1,6 @@
 """Ctrl-C and SIGTERM end a command with one line and 130 or 143."""
 
+import json
 import os
 import signal
 import subprocess
@@ -12,6 +13,8 @@ from commands import cli
 from commands import generate
 from commands import interrupts
 from pipeline import runner
+from trainer_module import callbacks
+from trainer_module import trainer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -65,25 +68,31 @@ def test_other_errors_are_not_interrupts():
 
 
 @pytest.mark.slow
-def test_ctrl_c_in_the_trainer_stops_the_run_resumably(tmp_path):
+def test_ctrl_c_in_the_trainer_stops_the_run_and_the_rerun_resumes(tmp_path):
   """What a terminal's Ctrl-C does: SIGINT to the run's process group while
-  the Trainer trains. The run ends within seconds, status 130, one line
-  naming the Trainer, no traceback (it is in the run log), nothing
-  pushed."""
+  the Trainer trains, after its second epoch. The run ends within seconds,
+  status 130, one line naming the Trainer, no traceback (it is in the run
+  log), nothing pushed. The same command again resumes the Trainer from
+  its backup, after the epochs it had finished (issue #45)."""
   data = tmp_path / "data" / "train.txt"
   generate.write_synthetic("criteo", 30000, 1, str(data))
   out = tmp_path / "out"
   command = [sys.executable, "-m", "pipeline", "run", "--dataset", "criteo",
-             "--data", str(data), "--output", str(out), "--epochs", "30",
-             "--batch-size", "256"]
+             "--data", str(data), "--output", str(out), "--epochs", "4",
+             "--batch-size", "256", "--seed", "1"]
   process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True,
                              start_new_session=True)
-  log = out / "logs" / "run.log"
+  backups = out / "pipeline" / "Trainer" / trainer.BACKUP_DIR
   deadline = time.monotonic() + 600
-  while not (log.exists() and "Epoch 1/30" in log.read_text()):
+
+  def backed_up_epochs():
+    states = list(backups.glob("*/*/" + callbacks.TrainingBackup.STATE))
+    return json.loads(states[0].read_text())["epoch"] if states else 0
+
+  while backed_up_epochs() < 2:
     assert process.poll() is None and time.monotonic() < deadline
-    time.sleep(1)
+    time.sleep(0.2)
   os.killpg(process.pid, signal.SIGINT)
   stopped = time.monotonic()
   stdout, stderr = process.communicate(timeout=120)
@@ -93,5 +102,17 @@ def test_ctrl_c_in_the_trainer_stops_the_run_resumably(tmp_path):
   assert stderr.strip().splitlines()[-1].startswith(
       "interrupted by Ctrl-C (SIGINT) during Trainer; re-run the same "
       "command to resume"), stderr
+  log = out / "logs" / "run.log"
   assert "KeyboardInterrupt" in log.read_text()
   assert not (out / "serving").exists() or not os.listdir(out / "serving")
+
+  done = backed_up_epochs()
+  rerun = subprocess.run(command, cwd=ROOT, capture_output=True, text=True,
+                         check=False)
+  assert rerun.returncode in (0, 3), (rerun.stdout, rerun.stderr)
+  (record,) = (out / "pipeline" / "Trainer" / "model_run").glob(
+      "*/training.json")
+  record = json.loads(record.read_text())
+  assert record["resumed_after"] == done >= 2
+  assert f"after its epoch {done}" in log.read_text()
+  assert not backups.exists()  # The completed Trainer deletes its backups.
