@@ -8,6 +8,7 @@ the epochs run. ``read_trials`` reads it back.
 """
 
 import csv
+import hashlib
 import json
 import os
 from typing import Any, Dict, List
@@ -79,8 +80,30 @@ def read_trials(tuner_results_dir: str) -> List[Dict[str, Any]]:
     return json.load(f)
 
 
+# The searches' KerasTuner directories, beside the Tuner's outputs under
+# the pipeline root: <root>/Tuner/search/<key>/.
+SEARCH_DIR = "search"
+
+
+def search_directory(input_dict, output_dict, exec_properties) -> str:
+  """A working directory that every execution of the Tuner on the same
+  inputs and settings finds, and no other: an interrupted search, run
+  again, reloads its finished trials from it (KerasTuner without
+  overwrite) instead of starting over (issue #45)."""
+  key = hashlib.sha256(json.dumps(
+      [{k: [a.uri for a in v] for k, v in input_dict.items()},
+       exec_properties], sort_keys=True, default=str).encode()).hexdigest()
+  # An output's URI: <root>/Tuner/<output>/<execution id>.
+  component_dir = os.path.dirname(os.path.dirname(artifact_utils.
+      get_single_uri(output_dict[
+          standard_component_specs.BEST_HYPERPARAMETERS_KEY])))
+  return os.path.join(component_dir, SEARCH_DIR, key[:16])
+
+
 class TrialTableExecutor(tuner_executor.Executor):
-  """TFX's Tuner executor that also writes the trial table.
+  """TFX's Tuner executor that also writes the trial table, and whose
+  search resumes after an interruption (search_directory; the directory
+  goes once the search has ended, well or not).
 
   Fails with the trials' errors when none completed (TFX's own would stop
   on an IndexError).
@@ -91,11 +114,15 @@ class TrialTableExecutor(tuner_executor.Executor):
       raise ValueError("TuneArgs (parallel trials) are not supported: run "
                        "trials in parallel with KerasTuner's distributed "
                        "mode instead")
-    tuner = tuner_executor.search(input_dict, exec_properties,
-                                  self._get_tmp_dir())
+    working_dir = search_directory(input_dict, output_dict, exec_properties)
+    tuner = tuner_executor.search(input_dict, exec_properties, working_dir)
     rows = trial_rows(tuner.oracle)
     write_trials(rows, artifact_utils.get_single_uri(
         output_dict[standard_component_specs.TUNER_RESULTS_KEY]))
+    # Ended: a re-run must search again, not reload these trials (failed
+    # ones included).
+    if tf.io.gfile.exists(working_dir):
+      tf.io.gfile.rmtree(working_dir)
     if not any(row["status"] == "COMPLETED" for row in rows):
       errors = "; ".join(f"trial {row['trial_id']}: {row['error']}"
                          for row in rows)

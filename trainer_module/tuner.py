@@ -144,13 +144,15 @@ def make_tuner(name: str, hypermodel: keras_tuner.HyperModel, trials: int,
   """A KerasTuner tuner maximising the objective over at most `trials` trials.
 
   Hyperband has no trial budget of its own (its brackets over `epochs`
-  decide), so the budget caps its oracle.
+  decide), so the budget caps its oracle. A `directory` holding a search
+  is resumed, its finished trials kept (the Tuner's executor gives an
+  interrupted search's directory again: components.tuner).
   """
   if name not in TUNER_CLASSES:
     raise ValueError(f"unknown tuner {name!r}; choose one of {TUNERS}")
   common = dict(hypermodel=hypermodel,
                 objective=keras_tuner.Objective(contract.OBJECTIVE, "max"),
-                directory=directory, project_name="search", overwrite=True,
+                directory=directory, project_name="search", overwrite=False,
                 seed=SEARCH_SEED)
   if name == "hyperband":
     tuner = keras_tuner.Hyperband(max_epochs=epochs, **common)

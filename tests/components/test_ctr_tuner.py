@@ -3,6 +3,7 @@
 import csv
 import json
 import math
+import pathlib
 
 import pytest
 from tfx.dsl.components.base import base_executor
@@ -55,7 +56,7 @@ def _outputs(tmp_path):
        standard_artifacts.TunerResults)):
     artifact = artifact_type()
     artifact.uri = str(tmp_path / key)
-    (tmp_path / key).mkdir()
+    (tmp_path / key).mkdir(parents=True)
     outputs[key] = [artifact]
   return outputs
 
@@ -91,3 +92,36 @@ def test_executor_fails_with_the_trial_errors_when_none_completed(
     _executor(tmp_path).Do({}, outputs, {})
   # The table is written all the same, for the post-mortem.
   assert len(tuner_component.read_trials(str(tmp_path / "tuner_results"))) == 2
+
+
+def test_an_interrupted_search_resumes_with_its_finished_trials(
+    tmp_path, monkeypatch):
+  """A search stopped after its first trial (Ctrl-C, a preempted pod) and
+  run again as the next execution of the same Tuner reloads that trial
+  from the same directory and trains only the missing one; once ended,
+  the directory goes (issue #45)."""
+  directories, searches = [], []
+
+  def search(input_dict, exec_properties, working_dir, trials):
+    directories.append(working_dir)
+    searches.append(tiny_search.search(pathlib.Path(working_dir), trials,
+                                       fail_trials=set(), epochs=1)[0])
+    return searches[-1]
+
+  def interrupted(*args):
+    search(*args, trials=1)
+    raise KeyboardInterrupt
+
+  monkeypatch.setattr(tuner_component.tuner_executor, "search", interrupted)
+  with pytest.raises(KeyboardInterrupt):
+    _executor(tmp_path).Do({}, _outputs(tmp_path / "first"), {})
+  monkeypatch.setattr(tuner_component.tuner_executor, "search",
+                      lambda *args: search(*args, trials=2))
+  outputs = _outputs(tmp_path / "again")
+  _executor(tmp_path).Do({}, outputs, {})
+  assert directories[0] == directories[1]
+  assert searches[1].hypermodel.fits == 1  # Trial 0 was reloaded.
+  rows = tuner_component.read_trials(str(tmp_path / "again" /
+                                         "tuner_results"))
+  assert [r["status"] for r in rows] == ["COMPLETED", "COMPLETED"]
+  assert not pathlib.Path(directories[0]).exists()
