@@ -187,7 +187,7 @@ def preconditioned_newton(matrix: sparse.csr_matrix, labels: np.ndarray,
   curvatures, a copy of it. Here the diagonal of X^T D X is X^T d (the
   entries are 0/1), and no matrix is copied.
   """
-  n_rows, n_columns = matrix.shape
+  n_columns = matrix.shape[1]
   share = weights / weights.sum()
   alpha = 1.0 / (c * weights.sum())
   # X^T r through the CSC view of X (no copy): at 1.8M x 691k it took
@@ -264,11 +264,12 @@ def fit_path(rows: OneHotRows, validation_start: int,
   validation loss along a ridge path is unimodal in practice).
 
   Returns:
-    {"grid": [{"c", "iterations", "val_logloss", "seconds"}], "c" (the
+    {"grid": [{"c", "iterations", "cg_steps", "val_logloss", "seconds"}],
+    "c" (the
     kept one), "path_rows" (the rows the path fitted), "coef" [columns] and
     "intercept" (the refitted weights), "path_coef", "path_intercept" (the
     kept C's fit before the refit, what the validation slice measured),
-    "refit": {"iterations", "seconds"}.
+    "refit": {"iterations", "cg_steps", "seconds"}.
   """
   path_rows = min(path_rows, validation_start)
   train = _leading_rows(rows.matrix, path_rows)
