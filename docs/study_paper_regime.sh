@@ -92,9 +92,10 @@ generate criteo "$CRITEO" --id-profile kaggle
 
 # 1. The headline, in the paper's regime: its base hyperparameters (Table
 #    9), CowClip at 32x against no scaling at the base batch, first; then
-#    CowClip at the base batch, the old rules and the ablation (CowClip's
-#    scaling without its clip) at 32x, and all of it at 8x. Each 1024 run is
-#    about 2x a 32768 run (docs/study.md, "Paper regime").
+#    the old rules at 32x (the contrast: what 32x costs without CowClip),
+#    CowClip at the base batch, the ablation (CowClip's scaling without its
+#    clip) at 32x, and all of it at 8x. Each 1024 run is about 2x a 32768
+#    run (docs/study.md, "Paper regime").
 MAIN=criteo_paper_hparams
 HPARAMS=(--dense-lr 8e-4 --embed-lr 1e-4 --l2 1e-5)
 main_run() {  # RULE BATCH [flags...]
@@ -102,9 +103,9 @@ main_run() {  # RULE BATCH [flags...]
 }
 main_run none 1024
 main_run cowclip 32768
-main_run cowclip 1024
 main_run none 32768
 main_run sqrt 32768
+main_run cowclip 1024
 main_run cowclip 32768 --ablation  # Only its no-clip run is missing.
 for rule in cowclip none sqrt; do
   main_run $rule 8192
