@@ -33,7 +33,7 @@ DISTILLATION_COLUMNS = ("student_auc", "ensemble_auc", "replica_auc",
 # with --replicas; space-separated): what steps_to_logloss reads.
 _EPOCH_COLUMNS = ("validation_logloss_by_epoch", "validation_auc_by_epoch")
 # Where a row comes from, so rows kept in git from several machines can be
-# told apart: the data (study.data_fingerprint: a resumed study refuses a
+# told apart: the data (study_provenance.data_fingerprint: a resumed study refuses a
 # row of other data), the CPU (model and the flags that set its speed) and
 # the code (git commit).
 PROVENANCE_COLUMNS = ("data_fingerprint", "machine", "commit")

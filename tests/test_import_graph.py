@@ -105,3 +105,21 @@ def test_the_cowclip_maths_imports_no_other_project_module():
   parameters, not the settings module."""
   graph = _graph(fingerprint.REPO_ROOT, fingerprint.PROJECT_PACKAGES)
   assert graph["trainer_module.cowclip"] == frozenset()
+
+
+# A module a reader holds in mind at once (the house's limit).
+MAX_MODULE_LINES = 600
+
+
+def test_no_module_is_longer_than_the_limit():
+  too_long = {}
+  for package in fingerprint.PROJECT_PACKAGES:
+    for directory, _, files in os.walk(
+        os.path.join(fingerprint.REPO_ROOT, package)):
+      for name in files:
+        if name.endswith(".py"):
+          with open(os.path.join(directory, name)) as f:
+            lines = sum(1 for _ in f)
+          if lines > MAX_MODULE_LINES:
+            too_long[os.path.join(directory, name)] = lines
+  assert not too_long, f"modules over {MAX_MODULE_LINES} lines: {too_long}"

@@ -13,6 +13,7 @@ import pytest
 from commands import cli
 from commands import study
 from commands import study_evaluation
+from commands import study_provenance
 from commands import study_results
 from conftest import STUDY_MIN_FREQUENCY
 from pipeline.config import PipelineConfig
@@ -224,21 +225,21 @@ def test_a_study_dir_refuses_other_study_wide_settings(tmp_path):
   config = PipelineConfig.from_fields(dataset="criteo", data="d",
                           output=str(tmp_path / "s"), epochs=2)
   results = str(tmp_path / "s")
-  study.check_study_settings(config, results)
+  study_provenance.check_study_settings(config, results)
   # Per-run settings (batch, rule, model) may differ between runs.
-  study.check_study_settings(study.run_config(
+  study_provenance.check_study_settings(study.run_config(
       config, study.StudyRun("dcn", "sqrt", 4096, 1, False)), results)
   smelu = dataclasses.replace(config, trainer=dataclasses.replace(
       config.trainer, model_options={"activation": "smelu"},
       negative_sampling_rate=0.5))
   with pytest.raises(ValueError) as error:
-    study.check_study_settings(smelu, results)
+    study_provenance.check_study_settings(smelu, results)
   message = str(error.value)
   assert str(tmp_path / "s") in message and "another --results or --output" in message
   assert "model_options" in message and "negative_sampling_rate: 1.0, now 0.5" in message
   for replicas in ({"replicas": 2}, {"replicas": 1, "push": "single"}):
     with pytest.raises(ValueError, match=f"{list(replicas)[-1]}: "):
-      study.check_study_settings(dataclasses.replace(
+      study_provenance.check_study_settings(dataclasses.replace(
           config, trainer=dataclasses.replace(config.trainer, **replicas)),
                                  results)
 
