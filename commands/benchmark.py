@@ -115,8 +115,8 @@ class BenchmarkCase:
   input: str = "pipeline"
 
 
-def transform(spec: features.DatasetSpec, path: str, min_frequency: int,
-              work_dir: str) -> TransformedData:
+def transform(spec: features.DatasetSpec, path: str,
+              min_frequency: Optional[int], work_dir: str) -> TransformedData:
   """The adapter: the pipeline's ingestion and Transform of the raw file
   ``path``, run once in ``work_dir`` (as the study runs them).
 
@@ -397,7 +397,10 @@ def run_benchmark(dataset: str, model_name: str, batch_sizes: Sequence[int],
     data_path: raw file of the dataset's layout; None: generate ``rows``
       rows with ``seed`` into a temporary directory.
     rows: rows to generate when no data_path is given.
-    min_frequency: vocabulary threshold (None: the dataset's default).
+    min_frequency: vocabulary threshold (None: the dataset's for the data's
+      size, as `run` and `study` resolve it, so that a benchmark of a
+      study's data trains on the study's vocabulary and reuses its
+      Transform).
     vocab_scale: factor of the larger-vocabulary cases (1: none).
     options: model architecture (its precision is each case's).
     warmup_steps: untimed steps first (>= 1: the first step traces).
@@ -422,7 +425,6 @@ def run_benchmark(dataset: str, model_name: str, batch_sizes: Sequence[int],
   if not precisions or unknown:
     raise ValueError(f"precisions must be some of {models.PRECISIONS}, got "
                      f"{list(precisions)}")
-  threshold = spec.min_frequency if min_frequency is None else min_frequency
   distribution_ = distribution.resolve(distribution_)
   with tempfile.TemporaryDirectory() as tmp:
     work = work_dir or tmp
@@ -431,7 +433,8 @@ def run_benchmark(dataset: str, model_name: str, batch_sizes: Sequence[int],
       path = os.path.join(work, "raw", f"{spec.name}.txt")
       os.makedirs(os.path.dirname(path), exist_ok=True)
       generate.write_synthetic(spec.name, rows, seed, path)
-    data = transform(spec, path, threshold, os.path.join(work, "pipeline"))
+    data = transform(spec, path, min_frequency,
+                     os.path.join(work, "pipeline"))
     peaks = {p: matmul_peak_gflops(p) for p in precisions}
     return [time_training_step(model_name, spec, data, case, options,
                                warmup_steps, steps, peaks[case.precision],
