@@ -32,6 +32,7 @@ from typing import List, Optional
 
 from commands import benchmark
 from commands import console
+from commands import faults
 from commands import flags
 from commands import generate
 from commands import import_output
@@ -70,6 +71,14 @@ def report_failure(error: Exception, verbose: bool,
   """Says why a command failed on stderr: one line for a user error (with
   --verbose, or for an internal error, the traceback first)."""
   cause = root_cause(error)
+  fault = faults.describe(error, output)
+  if fault:
+    if verbose:
+      traceback.print_exception(type(error), error, error.__traceback__)
+    else:
+      _log_traceback(error, output)
+    print(f"error: {fault}", file=sys.stderr)
+    return runner.EXIT_FAILED
   user_error = isinstance(cause, USER_ERRORS)
   if verbose or not user_error:
     traceback.print_exception(type(error), error, error.__traceback__)
@@ -210,17 +219,28 @@ def main(argv: Optional[List[str]] = None) -> int:
     import_output.release(None)
 
 
+def _log_traceback(error: BaseException, output: Optional[str]) -> None:
+  """Appends `error`'s traceback to the run log of `output`, if it has one
+  and it can still be written (not on a full disk)."""
+  log = os.path.join(output or "", console.LOG_FILE)
+  if not (output and os.path.isfile(log)):
+    return
+  try:
+    with open(log, "a") as f:
+      traceback.print_exception(type(error), error, error.__traceback__,
+                                file=f)
+  except OSError:
+    pass
+
+
 def report_interruption(error: BaseException, status: int, verbose: bool,
                         output: Optional[str]) -> int:
   """Says in one line where a signal stopped the run and how to resume;
   the traceback goes to the run log (the console with --verbose)."""
-  log = os.path.join(output or "", console.LOG_FILE)
   if verbose:
     traceback.print_exception(type(error), error, error.__traceback__)
-  elif output and os.path.isfile(log):
-    with open(log, "a") as f:
-      traceback.print_exception(type(error), error, error.__traceback__,
-                                file=f)
+  else:
+    _log_traceback(error, output)
   print(interrupts.describe(output if output and os.path.isdir(output)
                             else None), file=sys.stderr)
   return status

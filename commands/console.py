@@ -89,7 +89,10 @@ class _ConsoleHandler(logging.Handler):
     self._console = console
 
   def emit(self, record: logging.LogRecord) -> None:
-    self._console.print(self.format(record))
+    # The message alone: a traceback the record carries (exc_info) goes to
+    # the run log with the libraries' output, not to the console.
+    record.message = record.getMessage()
+    self._console.print(self.formatter.formatMessage(record))
 
 
 class _LatestEpochColumn(ProgressColumn):

@@ -107,8 +107,9 @@ class _NodeWithProgressDoFn(beam_dag_runner.PipelineNodeAsDoFn):
 
   def _run_node(self) -> None:
     node = self._pipeline_node.node_info.id
-    log_progress(node, STARTED)
+    # Running before its line shows: a Ctrl-C right after the line names it.
     _RUNNING.add(node)
+    log_progress(node, STARTED)
     try:
       super()._run_node()
     finally:

@@ -13,7 +13,9 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(TESTS)
 
 
-def _environment():
+def environment():
+  """The environment a helper script runs in: the project and tests/ on its
+  path."""
   return {**os.environ, "PYTHONPATH": os.pathsep.join((ROOT, TESTS))}
 
 
@@ -35,7 +37,7 @@ def start(script: str, *args: str) -> subprocess.Popen:
   the script then blocks on a print, with its peer in a collective."""
   out, errors = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
   process = subprocess.Popen([sys.executable, script, *args], cwd=ROOT,
-                             env=_environment(), stdout=out, stderr=errors,
+                             env=environment(), stdout=out, stderr=errors,
                              text=True)
   process.output_files = (out, errors)
   return process
@@ -63,7 +65,7 @@ def json_of(script: str, *args: str) -> Any:
   fails."""
   result = subprocess.run(
       [sys.executable, script, *args], cwd=ROOT,
-      env=_environment(),
+      env=environment(),
       capture_output=True, text=True, timeout=900, check=False)
   assert result.returncode == 0, result.stderr[-3000:]
   return json.loads(result.stdout.strip().splitlines()[-1])

@@ -33,6 +33,8 @@ def test_arguments_become_config():
   # Added to the defaults, replacing the default's value of that flag.
   assert config.runner.beam_args == ("--runner=FnApiRunner",
                                      "--direct_running_mode=in_memory",
+                                     "--sdk_container_image="
+                                     "apache/beam_python3.10_sdk",
                                      "--direct_num_workers=2")
   assert config.metadata_path == os.path.join("o", "metadata.sqlite")
 

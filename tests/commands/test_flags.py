@@ -91,6 +91,7 @@ SAMPLES = {
     "dag_runner": ("local", "local"),
     "beam_args": ("--direct_num_workers=2", (
         "--runner=FnApiRunner", "--direct_running_mode=in_memory",
+        "--sdk_container_image=apache/beam_python3.10_sdk",
         "--direct_num_workers=2")),
     "gpus": None,  # compile-kubeflow: test_compile_kubeflow.
     "gpu_type": None,

@@ -67,43 +67,95 @@ def test_other_errors_are_not_interrupts():
   assert interrupts.exit_status(RuntimeError("a component failed")) is None
 
 
+def _start(command):
+  """`command` as a terminal starts it: its own process group (Ctrl-C
+  goes to the group), SIGINT not ignored (a background job of a
+  non-interactive shell, as CI may start the tests, inherits it ignored),
+  its console unbuffered so its lines arrive as they are printed."""
+  return subprocess.Popen(
+      command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+      text=True, start_new_session=True,
+      env={**os.environ, "PYTHONUNBUFFERED": "1"},
+      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def _ctrl_c_once(process, started):
+  """Ctrl-C to `process`'s group once `started()` holds; asserts that it
+  stops within 10 s with status 130, one line on the console naming where
+  it stopped and how to resume, and no traceback. Returns that line."""
+  deadline = time.monotonic() + 600
+  while not started():
+    assert process.poll() is None, process.communicate()
+    assert time.monotonic() < deadline
+  os.killpg(process.pid, signal.SIGINT)
+  stopped = time.monotonic()
+  stdout, stderr = process.communicate(timeout=120)
+  assert time.monotonic() - stopped < 10, (stdout, stderr)
+  assert process.returncode == 130, (stdout, stderr)
+  assert "Traceback" not in stderr and "Traceback" not in stdout
+  line = stderr.strip().splitlines()[-1]
+  assert line.startswith("interrupted by Ctrl-C (SIGINT) during "), stderr
+  assert line.endswith("re-run the same command to resume: the components "
+                       "that finished are reused from "
+                       f"{_output_of(process)}"), line
+  return line
+
+
+def _output_of(process) -> str:
+  """The --output of the command `process` runs."""
+  return process.args[process.args.index("--output") + 1]
+
+
+def _printed(process, text):
+  """A condition: `text` began a line of `process`'s console (read as
+  the lines come)."""
+  def seen():
+    line = process.stdout.readline()
+    return line.startswith(text)
+  return seen
+
+
 @pytest.mark.slow
-def test_ctrl_c_in_the_trainer_stops_the_run_and_the_rerun_resumes(tmp_path):
-  """What a terminal's Ctrl-C does: SIGINT to the run's process group while
-  the Trainer trains, after its second epoch. The run ends within seconds,
-  status 130, one line naming the Trainer, no traceback (it is in the run
-  log), nothing pushed. The same command again resumes the Trainer from
-  its backup, after the epochs it had finished (issue #45)."""
+def test_ctrl_c_stops_each_stage_and_each_rerun_resumes(tmp_path):
+  """What a terminal's Ctrl-C does, at each stage of one run: SIGINT to
+  the run's process group during ExampleGen, then (the same command again)
+  during Transform, then during the Trainer after its second epoch. Each
+  ends within 10 s, status 130, one line naming where, no traceback (it is
+  in the run log), nothing pushed; each re-run goes past where the last one
+  stopped, and the last resumes the Trainer from its backup after the
+  epochs it had finished and completes (issue #45)."""
   data = tmp_path / "data" / "train.txt"
   generate.write_synthetic("criteo", 30000, 1, str(data))
   out = tmp_path / "out"
   command = [sys.executable, "-m", "pipeline", "run", "--dataset", "criteo",
              "--data", str(data), "--output", str(out), "--epochs", "4",
              "--batch-size", "256", "--seed", "1"]
-  process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True,
-                             start_new_session=True)
+  log = out / "logs" / "run.log"
+
+  process = _start(command)
+  assert _ctrl_c_once(process, _printed(process, "RawCtrExampleGen ...")
+                     ).startswith(
+                         "interrupted by Ctrl-C (SIGINT) during "
+                         "RawCtrExampleGen;")
+  assert "KeyboardInterrupt" in log.read_text()
+
+  process = _start(command)
+  assert _ctrl_c_once(process, _printed(process, "Transform ...")).startswith(
+      "interrupted by Ctrl-C (SIGINT) during Transform;")
+
   backups = out / "pipeline" / "Trainer" / trainer.BACKUP_DIR
-  deadline = time.monotonic() + 600
 
   def backed_up_epochs():
     states = list(backups.glob("*/*/" + callbacks.TrainingBackup.STATE))
     return json.loads(states[0].read_text())["epoch"] if states else 0
 
-  while backed_up_epochs() < 2:
-    assert process.poll() is None and time.monotonic() < deadline
+  def two_epochs_backed_up():
     time.sleep(0.2)
-  os.killpg(process.pid, signal.SIGINT)
-  stopped = time.monotonic()
-  stdout, stderr = process.communicate(timeout=120)
-  assert time.monotonic() - stopped < 60
-  assert process.returncode == 130, (stdout, stderr)
-  assert "Traceback" not in stderr and "Traceback" not in stdout
-  assert stderr.strip().splitlines()[-1].startswith(
-      "interrupted by Ctrl-C (SIGINT) during Trainer; re-run the same "
-      "command to resume"), stderr
-  log = out / "logs" / "run.log"
-  assert "KeyboardInterrupt" in log.read_text()
+    return backed_up_epochs() >= 2
+
+  process = _start(command)
+  assert _ctrl_c_once(process, two_epochs_backed_up).startswith(
+      "interrupted by Ctrl-C (SIGINT) during Trainer;")
   assert not (out / "serving").exists() or not os.listdir(out / "serving")
 
   done = backed_up_epochs()

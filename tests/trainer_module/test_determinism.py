@@ -5,10 +5,12 @@ seeded Tuner's trials, and the training cache's release."""
 
 import json
 import os
+import signal
+import subprocess
+import sys
 import types
 import weakref
 
-import keras
 import keras_tuner
 import numpy as np
 import pytest
@@ -17,7 +19,6 @@ import tensorflow_transform as tft
 
 from conftest import split_records
 import script_output
-from trainer_module import callbacks as callbacks_lib
 from trainer_module import contract
 from trainer_module import input_pipeline
 from trainer_module import trainer
@@ -55,19 +56,23 @@ def _inputs(criteo_examples, criteo_transform, tmp_path_factory):
 _EPOCHS = 3
 
 
-def _served(inputs, seed, out_dir):
-  """run_fn with `seed`; the exported model's outputs on the eval split."""
-  files, output, eval_records = inputs
-  settings = TrainerSettings(
+def _custom_config(seed):
+  """The Trainer's settings of these runs, seeded."""
+  return TrainerSettings(
       dataset="criteo", batch_size=128, epochs=_EPOCHS, seed=seed,
       serve="model",
       # float32 whatever the cores: the module fixture seed_3 runs before
       # the autouse one that pins `auto` (conftest).
       model_options=ModelOptions(embedding_dim=4, hidden_units=(16, 16),
-                                 precision="float32"))
+                                 precision="float32")).to_custom_config()
+
+
+def _served(inputs, seed, out_dir):
+  """run_fn with `seed`; the exported model's outputs on the eval split."""
+  files, output, eval_records = inputs
   serving_dir = os.path.join(out_dir, "serving")
   trainer.run_fn(types.SimpleNamespace(
-      custom_config=settings.to_custom_config(),
+      custom_config=_custom_config(seed),
       transform_output=output, hyperparameters=None, train_files=files,
       model_run_dir=os.path.join(out_dir, "run"),
       serving_model_dir=serving_dir))
@@ -95,30 +100,23 @@ def test_same_seed_same_predictions_other_seed_other(inputs, seed_3,
                 first[contract.PREDICTION_KEY]).max() > 1e-4
 
 
-class _KilledAfterEpoch2(keras.callbacks.EarlyStopping):
-  """Early stopping as the Trainer's, and a kill as its third epoch
-  begins (what Ctrl-C or a preempted node does to a fit)."""
-
-  def on_epoch_begin(self, epoch, logs=None):
-    if epoch == 2:
-      raise KeyboardInterrupt
-
-
 def test_a_killed_trainer_resumes_after_its_last_epoch_and_serves_the_same(
-    inputs, seed_3, tmp_path, monkeypatch):
-  """run_fn killed after epoch 2 of 3, then run again as the next Trainer
-  execution (new output directories, the same pipeline root): it continues
-  from its backup (weights, optimizer, early stopping, data order) and
+    inputs, seed_3, tmp_path):
+  """run_fn killed by SIGKILL after epoch 2 of 3 (its own process: what a
+  preempted node does), then run again as the next Trainer execution (new
+  output directories, the same pipeline root): it continues from its
+  backup (weights, optimizer, early stopping, data order) at epoch 3 and
   serves what an uninterrupted run serves, to 1e-6 (issue #45)."""
   whole = seed_3
-  with monkeypatch.context() as patch, pytest.raises(KeyboardInterrupt):
-    patch.setattr(callbacks_lib, "early_stopping",
-                  lambda: _KilledAfterEpoch2(
-                      monitor=callbacks_lib.EARLY_STOPPING_MONITOR,
-                      mode="min",
-                      patience=callbacks_lib.EARLY_STOPPING_PATIENCE,
-                      restore_best_weights=True))
-    _served(inputs, 3, str(tmp_path / "root" / "killed"))
+  files, output, _ = inputs
+  killed = subprocess.run(
+      [sys.executable, os.path.join(os.path.dirname(__file__),
+                                    "killed_run_fn.py"),
+       "2", json.dumps(_custom_config(3)), output,
+       str(tmp_path / "root" / "killed"), *files],
+      cwd=script_output.ROOT, env=script_output.environment(),
+      capture_output=True, text=True, check=False, timeout=900)
+  assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
   (state,) = (tmp_path / "root" / trainer.BACKUP_DIR).glob(
       f"*/{contract.replica_output(0)}/fit_state.json")
   assert json.loads(state.read_text())["epoch"] == 2

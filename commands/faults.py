@@ -1,0 +1,70 @@
+"""Faults of the machine, not of the data or of our code, in one line.
+
+A full disk, a read-only output directory and exhausted memory reach the
+CLI as whatever the library that met them raised: TensorFlow's
+ResourceExhaustedError, ML Metadata's "database or disk is full", an
+OSError, a MemoryError, wrapped by Beam in a RuntimeError that names the
+component. None of them is a bug for the user to report: each gets one
+`error:` line naming the fault, the DIR and the component, and what to do;
+the chained tracebacks go to the run log.
+"""
+
+import errno
+import re
+from typing import Optional
+
+# Beam's wrapping of an error raised in a component's node.
+_COMPONENT = re.compile(r"while running 'Run\[([^\]]+)\]'")
+_NO_SPACE = ("No space left on device", "database or disk is full",
+             "Disk quota exceeded")
+_READ_ONLY = ("Read-only file system",)
+_NO_MEMORY = ("OOM when allocating", "Out of memory", "out of memory",
+              "Cannot allocate memory", "std::bad_alloc")
+
+
+def _chain(error: BaseException):
+  """`error` and every exception it wraps (cause, or context)."""
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    yield error
+    error = error.__cause__ or (None if error.__suppress_context__
+                                else error.__context__)
+
+
+def _kind(error: BaseException) -> Optional[str]:
+  """'space', 'read-only' or 'memory' if `error` is such a fault."""
+  number = getattr(error, "errno", None)
+  text = str(error)
+  if number in (errno.ENOSPC, errno.EDQUOT) or any(
+      m in text for m in _NO_SPACE):
+    return "space"
+  if number == errno.EROFS or any(m in text for m in _READ_ONLY):
+    return "read-only"
+  if isinstance(error, MemoryError) or number == errno.ENOMEM or any(
+      m in text for m in _NO_MEMORY):
+    return "memory"
+  return None
+
+
+def describe(error: BaseException, output: Optional[str]) -> Optional[str]:
+  """The one line (without `error: `) for a fault of the machine anywhere
+  in `error`'s chain, naming the component it stopped and the DIR; None
+  when `error` is something else."""
+  kinds = [k for k in map(_kind, _chain(error)) if k]
+  if not kinds:
+    return None
+  components = [m.group(1) for e in _chain(error)
+                for m in [_COMPONENT.search(str(e))] if m]
+  where = f" in {components[0]}" if components else ""
+  resume = ("; the components that finished are kept: re-run the same "
+            "command to resume" if output else "")
+  directory = output or "the output directory"
+  if kinds[0] == "space":
+    return (f"no space left on the device of {directory}{where}: free "
+            f"space there (or give another --output){resume}")
+  if kinds[0] == "read-only":
+    return (f"{directory} is on a read-only file system{where}: give a "
+            f"writable --output")
+  return (f"out of memory{where}: give the run a machine with more "
+          f"memory, or less data or a smaller --batch-size{resume}")
