@@ -26,6 +26,7 @@ CASES = ("dense-cowclip-paper", "sparse-cowclip-paper",
          "dcnv2-sparse", "lr-baseline")
 
 
+@pytest.mark.slow  # Trains, in another process (the parity fixture).
 @pytest.mark.parametrize("case", CASES)
 def test_two_replicas_make_the_one_device_update(parity, case):
   """3 steps (Adam's first is nearly sign-only and hides scale errors; the
@@ -45,6 +46,7 @@ def test_two_replicas_make_the_one_device_update(parity, case):
 MULTI_WORKER_CASES = ("sparse-cowclip-paper", "dense-weighted")
 
 
+@pytest.mark.slow  # Trains, in two worker processes.
 def test_two_workers_make_the_one_device_update():
   """Two worker processes on localhost (TF_CONFIG), one CPU device each,
   MultiWorkerMirroredStrategy: the chief's weights after 3 steps match
@@ -65,6 +67,7 @@ def test_two_workers_make_the_one_device_update():
     assert max(result["metric_difference"].values()) < 1e-5
 
 
+@pytest.mark.slow  # Reads the parity fixture, which trains.
 def test_parity_covers_every_case(parity):
   assert set(parity) == set(CASES)
 

@@ -291,6 +291,7 @@ def test_a_small_model_fit_lowers_the_loss():
   assert losses[-1] < 0.8 * losses[0]
 
 
+@pytest.mark.slow  # Trains mirrored, in another process.
 def test_two_replicas_make_the_one_device_update():
   """The CowClip step of DCNv2 (DNN and matrix cross kernels) with Shampoo
   as the dense optimizer, mirrored over 2 logical CPU devices against one
