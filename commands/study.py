@@ -25,7 +25,10 @@ dataset and Transform graph and evaluates it on the one eval split:
   by id-frequency bucket.
 
 Every finished run is appended to DIR/study.csv at once; a restart with the
-same DIR skips the runs already there. A run that would train exactly like
+same DIR skips the runs already there, and resumes a run it stopped in the
+middle after its last finished epoch (its fits' backups, under the run's
+directory, go once its row is written; a resumed row's train_seconds are
+the resuming process's). A run that would train exactly like
 one already done (at the base batch size most rules leave every
 hyperparameter as it is) reuses that run's row instead of training again. A
 run is known by model, rule, clipping, batch size and seed only, so other
@@ -37,6 +40,7 @@ import argparse
 import dataclasses
 import logging
 import os
+import shutil
 import statistics
 import time
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
@@ -235,6 +239,23 @@ def evaluate(serving_dir: str, tfma_dir: str, config: PipelineConfig,
       tfma_dir, config.runner.beam_args), config.trainer.served_replicas)
 
 
+def run_directory(run: StudyRun, setup: StudySetup) -> str:
+  """Where a run exports its models and keeps its backups. Studies of one
+  DIR with their own results (--results) may share run keys: each writes
+  under its results' name."""
+  return os.path.join(setup.config.output, "runs", *(
+      [] if setup.results == setup.config.output else
+      [os.path.basename(os.path.normpath(setup.results))]), run.key)
+
+
+def backup_directory(run_dir: str, setup: StudySetup) -> str:
+  """Where a run's fits keep their state at each epoch's end (trainer.fit):
+  a study stopped mid-run (Ctrl-C, a lost machine with its DIR kept)
+  resumes the run after its last finished epoch. Keyed by the data too;
+  the study's settings are checked before (study_settings.json)."""
+  return os.path.join(run_dir, "backup", setup.fingerprint)
+
+
 def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
   """Trains one run as run_fn does, evaluates it, returns its study.csv row.
 
@@ -263,6 +284,7 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
          "data_fingerprint": setup.fingerprint,
          "machine": setup.machine, "commit": setup.commit}
   last_epoch = LastEpochWeights()
+  run_dir = run_directory(run, setup)
   start = time.perf_counter()
   try:
     replicas, trained = trainer.train_replicas(
@@ -270,7 +292,8 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
         setup.tf_transform_output, {}, log_dir=None, seed=run.seed,
         # A line per epoch in the log, which the console's live line reads.
         verbose=2,
-        callbacks=[last_epoch] if config.trainer.replicas == 1 else [])
+        callbacks=[last_epoch] if config.trainer.replicas == 1 else [],
+        backup_root=backup_directory(run_dir, setup))
   except callbacks_lib.NonFiniteLossError:
     row.update(train_seconds=time.perf_counter() - start, diverged=True)
     return row
@@ -295,11 +318,6 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
                 study_results.DISTILLATION_COLUMNS
                 if "distillation" in trained})
 
-  # Studies of one DIR with their own results (--results) may share run
-  # keys: each exports under its results' name.
-  run_dir = os.path.join(config.output, "runs", *(
-      [] if setup.results == config.output else
-      [os.path.basename(os.path.normpath(setup.results))]), run.key)
   serving_dir = os.path.join(run_dir, "serving")
   serving.export_serving_model(replicas, setup.baseline,
                                setup.tf_transform_output, trainer_settings,
@@ -422,6 +440,9 @@ def run_study(config: PipelineConfig, runs: Sequence[StudyRun],
     else:
       how = "trains exactly as a finished run: its results are reused; "
     study_results.append_row(csv_path, row)
+    # In study.csv now: the run is never trained again, its backup not read.
+    shutil.rmtree(os.path.join(run_directory(run, setup), "backup"),
+                  ignore_errors=True)
     progress.finished(how + _run_summary(row))
     # Parsed as a resumed study would see them.
     rows = study_results.read_rows(csv_path)

@@ -357,32 +357,60 @@ def test_report_tables_and_figures(tmp_path):
 
 
 class _FirstEpochBest(keras.callbacks.EarlyStopping):
-  """Early stopping that keeps the first epoch, whatever the losses."""
+  """Early stopping that keeps the first epoch, whatever the losses; with
+  `stop_at`, also a Ctrl-C as that epoch (0-based) begins."""
+
+  def __init__(self, stop_at=None, **kwargs):
+    super().__init__(**kwargs)
+    self.stop_at = stop_at
 
   def _is_improvement(self, monitor_value, reference_value):
     return self.best_weights is None
 
+  def on_epoch_begin(self, epoch, logs=None):
+    if epoch == self.stop_at:
+      raise KeyboardInterrupt
+
 
 @pytest.mark.slow
 def test_a_run_past_its_best_epoch_is_also_evaluated_at_its_last(
-    criteo_study_dir, tmp_path, monkeypatch):
+    criteo_study_dir, tmp_path, monkeypatch, caplog):
   """The kept model is the best epoch's; the last epoch's is exported and
-  evaluated beside it (last_* columns), its bias refitted the same way."""
-  monkeypatch.setattr(
-      callbacks_lib, "early_stopping",
-      lambda: _FirstEpochBest(
-          monitor=callbacks_lib.EARLY_STOPPING_MONITOR, mode="min",
-          patience=callbacks_lib.EARLY_STOPPING_PATIENCE,
-          restore_best_weights=True))
+  evaluated beside it (last_* columns), its bias refitted the same way.
+  Stopped by Ctrl-C after its first epoch, the study's re-run resumes the
+  run after that epoch (its backup under the run's directory, removed once
+  the row is written)."""
+  stop_at = [1]
+
+  def stopping():
+    early = _FirstEpochBest(
+        stop_at=stop_at.pop() if stop_at else None,
+        monitor=callbacks_lib.EARLY_STOPPING_MONITOR, mode="min",
+        patience=callbacks_lib.EARLY_STOPPING_PATIENCE,
+        restore_best_weights=True)
+    return early
+
+  monkeypatch.setattr(callbacks_lib, "early_stopping", stopping)
   data, work = criteo_study_dir
   results = tmp_path / "past_best"
-  assert cli.main(["study", "--dataset", "criteo", "--data", str(data),
-                   "--output", str(work / "pipeline"), "--results",
-                   str(results), "--batch-sizes", "256", "--rules",
-                   "none", "--seeds", "7", "--epochs", "3", "--hidden-units",
-                   "16", "--min-frequency", str(STUDY_MIN_FREQUENCY)]) == 0
+  argv = ["study", "--dataset", "criteo", "--data", str(data),
+          "--output", str(work / "pipeline"), "--results", str(results),
+          "--batch-sizes", "256", "--rules", "none", "--seeds", "7",
+          "--epochs", "3", "--hidden-units", "16", "--min-frequency",
+          str(STUDY_MIN_FREQUENCY)]
+  run_dir = work / "pipeline" / "runs" / "past_best" / (
+      "deepfm-none-noclip-b256-s7")
+  assert cli.main(argv) == 130
+  assert not (results / "study.csv").exists()
+  (state,) = (run_dir / "backup").glob("*/*/fit_state.json")
+  assert json.loads(state.read_text())["epoch"] == 1
+  assert cli.main(argv) == 0
+  assert any("after its epoch 1" in r.getMessage() for r in caplog.records)
+  assert not (run_dir / "backup").exists()
   (row,) = study_results.read_rows(str(results / "study.csv"))
-  assert row["best_epoch"] == 1 and row["epochs_run"] > 1
+  # As without the stop: early stopping's state, restored from the backup,
+  # ends the run after epoch 2 and keeps epoch 1; the curves hold both.
+  assert row["best_epoch"] == 1 and row["epochs_run"] == 2
   for kept, last in (("auc", "last_auc"), ("logloss", "last_logloss")):
     assert 0 < row[last] and row[last] != row[kept]
   assert 0.9 < row["last_calibration"] < 1.1
@@ -393,8 +421,6 @@ def test_a_run_past_its_best_epoch_is_also_evaluated_at_its_last(
   assert study_results.steps_to_logloss(row, losses[0]) == row["steps"] / (
       row["epochs_run"])
   # With --results apart, the runs go under DIR/runs/<results' name>/.
-  run_dir = work / "pipeline" / "runs" / "past_best" / (
-      "deepfm-none-noclip-b256-s7")
   assert (run_dir / "serving_last").is_dir() and (run_dir / "tfma_last").is_dir()
 
 
