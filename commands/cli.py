@@ -60,10 +60,8 @@ KUBEFLOW_ONLY = ("gpus", "gpu_type")
 
 def root_cause(error: BaseException) -> BaseException:
   """The innermost exception: the one that says what went wrong."""
-  while error.__cause__ is not None or (
-      error.__context__ is not None and not error.__suppress_context__):
-    error = error.__cause__ or error.__context__
-  return error
+  *_, innermost = faults.exception_chain(error)
+  return innermost
 
 
 def report_failure(error: Exception, verbose: bool,

@@ -22,8 +22,9 @@ _NO_MEMORY = ("OOM when allocating", "Out of memory", "out of memory",
               "Cannot allocate memory", "std::bad_alloc")
 
 
-def _chain(error: BaseException):
-  """`error` and every exception it wraps (cause, or context)."""
+def exception_chain(error: BaseException):
+  """`error` and every exception it wraps (its cause, else its context
+  unless suppressed), outermost first."""
   seen = set()
   while error is not None and id(error) not in seen:
     seen.add(id(error))
@@ -51,10 +52,10 @@ def describe(error: BaseException, output: Optional[str]) -> Optional[str]:
   """The one line (without `error: `) for a fault of the machine anywhere
   in `error`'s chain, naming the component it stopped and the DIR; None
   when `error` is something else."""
-  kinds = [k for k in map(_kind, _chain(error)) if k]
+  kinds = [k for k in map(_kind, exception_chain(error)) if k]
   if not kinds:
     return None
-  components = [m.group(1) for e in _chain(error)
+  components = [m.group(1) for e in exception_chain(error)
                 for m in [_COMPONENT.search(str(e))] if m]
   where = f" in {components[0]}" if components else ""
   resume = ("; the components that finished are kept: re-run the same "

@@ -15,6 +15,7 @@ import signal
 import threading
 from typing import Iterator, Optional, Tuple
 
+from commands import faults
 from pipeline import runner
 
 # The shell's status of a process ended by a signal.
@@ -60,14 +61,11 @@ def stop_on_signals() -> Iterator[None]:
 def exit_status(error: BaseException) -> Optional[int]:
   """130 or 143 when `error` is (or wraps, as Beam's RuntimeError does) an
   interrupt by a signal; None otherwise."""
-  seen = error
-  while seen is not None:
+  for seen in faults.exception_chain(error):
     if isinstance(seen, KeyboardInterrupt) or (
         isinstance(seen, RuntimeError) and
         str(seen).startswith("KeyboardInterrupt")):
       return EXIT_BASE + (_received or signal.SIGINT)
-    seen = seen.__cause__ or (None if seen.__suppress_context__
-                              else seen.__context__)
   return None
 
 
