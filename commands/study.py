@@ -39,6 +39,7 @@ are rewritten from the whole CSV after every run.
 import argparse
 import dataclasses
 import logging
+import math
 import os
 import shutil
 import statistics
@@ -303,7 +304,13 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
   rate = statistics.mean(rates) if rates else (
       data.train_examples * trained["epochs_run"] / seconds)
   clipped = history.get("clipped_fraction")
+  cpu_rates = [r for r in history.get("examples_per_cpu_second", ())
+               if math.isfinite(r)]
   row.update(train_seconds=seconds, examples_per_second=rate,
+             examples_per_second_by_epoch=" ".join(
+                 f"{r:.0f}" for r in rates or ()),
+             examples_per_cpu_second=(statistics.mean(cpu_rates)
+                                      if cpu_rates else ""),
              epochs_run=trained["epochs_run"],
              best_epoch=trained["best_epoch"],
              steps=model_building.steps_per_epoch(data.train_examples,

@@ -32,6 +32,12 @@ DISTILLATION_COLUMNS = ("student_auc", "ensemble_auc", "replica_auc",
 # The validation slice's log loss and AUC after each epoch run (replica 0's
 # with --replicas; space-separated): what steps_to_logloss reads.
 _EPOCH_COLUMNS = ("validation_logloss_by_epoch", "validation_auc_by_epoch")
+# The training speed of each epoch (callbacks.ThroughputLogger), and its
+# mean over the process's CPU seconds: a machine shared with other work
+# stretches wall time more than the step's CPU time, so the CPU rate is
+# what compares with the benchmark's cpu_seconds_per_step on a busy machine
+# (docs/benchmark.md).
+_SPEED_COLUMNS = ("examples_per_second_by_epoch", "examples_per_cpu_second")
 # Where a row comes from, so rows kept in git from several machines can be
 # told apart: the data (study_provenance.data_fingerprint: a resumed study refuses a
 # row of other data), the CPU (model and the flags that set its speed) and
@@ -48,7 +54,7 @@ COLUMNS = (
     tuple(f"{kind}_{b}" for b in BUCKETS for kind in ("auc", "examples")) +
     ("bias_constraints",) + _REPLICA_COLUMNS + _LAST_EPOCH_COLUMNS +
     _BASELINE_COLUMNS + DISTILLATION_COLUMNS + _EPOCH_COLUMNS +
-    PROVENANCE_COLUMNS)
+    _SPEED_COLUMNS + PROVENANCE_COLUMNS)
 # bias_constraints: the constrained slices of a run trained with the bias
 # constraints, since removed (docs/production_calibration.md). New rows
 # leave it empty; it stays so that studies written before stay appendable
@@ -57,10 +63,11 @@ COLUMNS = (
 _OPTIONAL_COLUMNS = (("bias_constraints",) + _REPLICA_COLUMNS +
                      _LAST_EPOCH_COLUMNS + _BASELINE_COLUMNS +
                      DISTILLATION_COLUMNS + _EPOCH_COLUMNS +
-                     PROVENANCE_COLUMNS)
+                     _SPEED_COLUMNS + PROVENANCE_COLUMNS)
 _TEXT_COLUMNS = ("run", "model", "rule", "embedding_update",
                  "bias_constraints", "push", "replica_aucs") + (
-                     _EPOCH_COLUMNS + PROVENANCE_COLUMNS)
+                     _EPOCH_COLUMNS + ("examples_per_second_by_epoch",) +
+                     PROVENANCE_COLUMNS)
 _BOOL_COLUMNS = ("cowclip", "diverged")
 
 

@@ -104,24 +104,26 @@ main_run() {  # RULE BATCH [flags...]
 # The study's training speed beside the benchmark's step on the same data,
 # Transform (the benchmark's --work-dir holds the study's pipeline DIR, so
 # its ExampleGen and Transform come from the cache), batch sizes and
-# precision, right after the runs it is compared with, on one machine.
+# precision, on this machine at this commit: one file per commit, run before
+# the runs it is compared with (their rows name the commit).
 speed_beside_benchmark() {
-  local out=$RESULTS/$MAIN/benchmark.csv work=$ROOT/benchmark/criteo_kaggle
+  local out work=$ROOT/benchmark/criteo_kaggle
+  out=$RESULTS/$MAIN/benchmark-$(git rev-parse --short=12 HEAD).csv
   [ -f "$out" ] && return 0
   mkdir -p "$work"
   ln -sfn "$ROOT/pipelines/criteo_kaggle" "$work/pipeline"
   $PY -m pipeline benchmark --dataset criteo --data "$CRITEO" \
     --work-dir "$work" --batch-sizes 1024,32768 --precisions float32 \
     --vocab-scale 1 --steps 50 --no-components --output "$out"
-  commit "$MAIN" "docs/study_paper_regime/$MAIN: the benchmark's step at 1024 and 32768 on the study's data"
+  commit "$MAIN" "docs/study_paper_regime/$MAIN: the benchmark's step at 1024 and 32768 on the study's data, at the commit of the runs that follow"
 }
 main_run none 1024
 main_run cowclip 32768
 main_run none 32768
 main_run sqrt 32768
 speed_beside_benchmark
-main_run cowclip 1024
 main_run cowclip 32768 --ablation  # Only its no-clip run is missing.
+main_run cowclip 1024
 for rule in cowclip none sqrt; do
   main_run $rule 8192
 done

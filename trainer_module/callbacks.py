@@ -53,8 +53,9 @@ class ThroughputLogger(keras.callbacks.Callback):
   the first ``warmup_steps`` steps of each epoch (the first step of the
   first epoch traces and compiles the step function); the last, partial
   batch counts as full. The value is also put into the epoch logs as
-  ``examples_per_second``, so History and a TensorBoard callback placed
-  after this one record it; ``timed_steps``, ``timed_seconds`` and
+  ``examples_per_second``, with ``examples_per_cpu_second`` (the same
+  examples over the process's CPU seconds), so History and a TensorBoard
+  callback placed after this one record them; ``timed_steps``, ``timed_seconds`` and
   ``timed_cpu_seconds`` (the process's CPU time over the same steps, all
   threads: the step's work, which a loaded machine does not stretch as it
   does wall time) keep the last epoch's measurement.
@@ -100,6 +101,9 @@ class ThroughputLogger(keras.callbacks.Callback):
           f"{self.timed_seconds:.2f} s)", flush=True)
     if logs is not None:
       logs["examples_per_second"] = rate
+      logs["examples_per_cpu_second"] = (
+          self.timed_steps * self.batch_size / self.timed_cpu_seconds
+          if self.timed_cpu_seconds > 0 else float("nan"))
     if self.log_dir:
       if self._writer is None:
         self._writer = tf.summary.create_file_writer(self.log_dir)

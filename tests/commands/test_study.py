@@ -476,6 +476,10 @@ def test_study_command_trains_every_run_and_resumes(criteo_study_dir,
     assert 0.0 < float(row["lr_auc"]) <= 1.0
     assert 0.0 < float(row["auc"]) <= 1.0
     assert float(row["logloss"]) > 0 and float(row["examples_per_second"]) > 0
+    # One epoch: its rate is the row's.
+    assert float(row["examples_per_second_by_epoch"]) == pytest.approx(
+        float(row["examples_per_second"]), abs=0.5)
+    assert float(row["examples_per_cpu_second"]) > 0
     assert float(row["eval_examples"]) > 0
     sqrt_of_quarter = row["run"] == "deepfm-sqrt-noclip-b256-s7"
     assert float(row["embed_lr"]) == 1e-3 * (0.5 if sqrt_of_quarter else 1)

@@ -376,6 +376,8 @@ def test_throughput_logger_times_the_steps_after_the_warmup(capsys):
   assert logger.timed_steps == 4 and logger.timed_seconds > 0
   assert history.history["examples_per_second"][0] == pytest.approx(
       4 * 8 / logger.timed_seconds)
+  assert history.history["examples_per_cpu_second"][0] == pytest.approx(
+      4 * 8 / logger.timed_cpu_seconds)
   assert "(4 steps of batch 8" in capsys.readouterr().out
   with pytest.raises(ValueError, match="warmup_steps must be >= 1"):
     callbacks_lib.ThroughputLogger(8, warmup_steps=0)
