@@ -20,7 +20,9 @@ from typing import Dict, FrozenSet, Mapping, Optional, Tuple
 from ml_metadata.metadata_store import metadata_store
 from ml_metadata.proto import metadata_store_pb2
 import tensorflow_model_analysis as tfma
+from tensorflow_model_analysis.view import util as tfma_view_util
 from tensorflow_model_analysis.writers import eval_config_writer
+from tensorflow_model_analysis.writers import metrics_plots_and_validations_writer
 from tfx import v1 as tfx
 from tfx.orchestration.portable.mlmd import execution_lib
 
@@ -243,9 +245,24 @@ def _describe_gate_failure(failure, stem: str, metrics: Dict[str, float]
           f"{bound.upper_bound.value:.4f}")
 
 
-def _model_metrics(result: tfma.EvalResult, slice_key) -> Dict[str, float]:
+def _candidate_slicing_metrics(evaluation_uri: str) -> list:
+  """The candidate model's (slice key, metrics) pairs, as
+  tfma.load_eval_result's slicing_metrics, without loading its plots:
+  converting the calibration plots to dicts took about a second of each
+  run's end for metrics that read none of them."""
+  eval_config = eval_config_writer.load_eval_run(evaluation_uri)[0]
+  candidate = next((s.name for s in eval_config.model_specs
+                    if not s.is_baseline), "")
+  return [metrics for proto in (metrics_plots_and_validations_writer
+                                .load_and_deserialize_metrics(evaluation_uri))
+          for metrics in [tfma_view_util.convert_metrics_proto_to_dict(
+              proto, model_name=candidate or None)]
+          if metrics is not None]
+
+
+def _model_metrics(slicing_metrics, slice_key) -> Dict[str, float]:
   """{TFMA name: value} of the model's output ("") on one slice."""
-  for key, by_output in result.slicing_metrics:
+  for key, by_output in slicing_metrics:
     if key == slice_key:
       return {name: value["doubleValue"]
               for by_sub_key in [by_output.get("", {})]
@@ -260,11 +277,7 @@ def failed_checks(evaluation_uri: str) -> Tuple[str, ...]:
   result = tfma.load_validation_result(evaluation_uri)
   if result.validation_ok:
     return ()
-  candidate = next(
-      (s.name for s in eval_config_writer.load_eval_run(evaluation_uri)[0]
-       .model_specs if not s.is_baseline), "")
-  evaluation = tfma.load_eval_result(evaluation_uri,
-                                     model_name=candidate or None)
+  evaluation = _candidate_slicing_metrics(evaluation_uri)
   checks = []
   for failures in result.metric_validations_per_slice:
     slice_key = tfma.slicer.deserialize_slice_key(failures.slice_key)
@@ -355,12 +368,9 @@ def describe_noise_passes(checks, metrics: Mapping[str, float]
 def noise_passes(evaluation_uri: str) -> Tuple[str, ...]:
   """describe_noise_passes of an Evaluator's output (overall slice)."""
   eval_config = eval_config_writer.load_eval_run(evaluation_uri)[0]
-  candidate = next((s.name for s in eval_config.model_specs
-                    if not s.is_baseline), "")
-  evaluation = tfma.load_eval_result(evaluation_uri,
-                                     model_name=candidate or None)
-  return describe_noise_passes(gate_checks(eval_config),
-                               _model_metrics(evaluation, ()))
+  return describe_noise_passes(
+      gate_checks(eval_config),
+      _model_metrics(_candidate_slicing_metrics(evaluation_uri), ()))
 
 
 def read_outcome_at(metadata_path: str) -> RunOutcome:
