@@ -200,6 +200,12 @@ def _record_chunks(files: List[str], shuffle: bool = False,
       deterministic=not shuffle or seed is not None)
 
 
+# The input functions branch on Python values only: AutoGraph's rewrite of
+# them and of the Transform layer they call cost seconds of every Trainer
+# start for nothing (docs/tests.md).
+_not_converted = tf.autograph.experimental.do_not_convert
+
+
 def split_stats(file_patterns: List[str], raw_spec: Mapping[str, Any],
                 label: str,
                 negative_sampling_rate: float = NO_SAMPLING) -> SplitStats:
@@ -214,6 +220,7 @@ def split_stats(file_patterns: List[str], raw_spec: Mapping[str, Any],
     raise FileNotFoundError(f"no examples match {file_patterns}")
   rate = negative_sampling_rate
 
+  @_not_converted
   def count(serialized):
     keys, labels = example_keys(serialized, raw_spec, label)
     kept = tf.cast(kept_by_sampling(keys, labels, rate) if rate < 1
@@ -267,14 +274,15 @@ def make_dataset(file_patterns: List[str],
   rate = negative_sampling_rate
   if part != "all" or rate < 1:
     dataset = dataset.map(
-        lambda chunk: select_records(chunk, raw_spec, label, part, buckets,
-                                     rate),
+        _not_converted(lambda chunk: select_records(
+            chunk, raw_spec, label, part, buckets, rate)),
         num_parallel_calls=tf.data.AUTOTUNE)
   dataset = dataset.unbatch()
   if shuffle:
     dataset = dataset.shuffle(max(16 * batch_size, 10_000), seed=seed)
   dataset = dataset.batch(batch_size)
 
+  @_not_converted
   def parse(serialized):
     parsed = dict(transform(tf.io.parse_example(serialized, raw_spec)))
     labels = parsed.pop(label)

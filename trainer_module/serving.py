@@ -59,6 +59,10 @@ def serving_outputs(probabilities: Sequence[tf.Tensor],
 class ServingModule(tf.Module):
   """Raw serialized tf.Examples in, click probability out.
 
+  Its functions branch on Python values only, so they are traced without
+  AutoGraph's rewrite (of them, the models and the Transform layer), which
+  cost seconds of every export.
+
   Besides `serve`, `slicing_features` gives the Evaluator (TFMA
   preprocessing function) each example's id-frequency bucket, from the
   training-set counts of the Transform vocabularies: the slice that shows
@@ -98,7 +102,8 @@ class ServingModule(tf.Module):
     return self.transform_layer(tf.io.parse_example(examples, self._raw_spec))
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string,
-                                              name="examples")])
+                                              name="examples")],
+               autograph=False)
   def serve(self, examples):
     """The click probability and the baseline's; with replicas, each
     replica's too (contract.replica_output), and the served probability is
@@ -112,7 +117,8 @@ class ServingModule(tf.Module):
         self._serve_baseline)
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string,
-                                              name="examples")])
+                                              name="examples")],
+               autograph=False)
   def slicing_features(self, examples):
     """{contract.ID_FREQUENCY: bucket}: by the geometric mean of the
     example's id counts over the fields (or the count in the one chosen
