@@ -68,6 +68,10 @@ def test_cases_cover_batch_update_cowclip_and_larger_vocabularies():
               for c in (True, False)}
   assert {c.batch_size for c in cases if c.vocab_scale == 10} == {64}
   assert all(c.vocab_scale == 1 for c in benchmark.benchmark_cases([64], 1))
+  # Each input side by side; the larger vocabulary reads the Trainer's.
+  both = benchmark.benchmark_cases([64], 3, inputs=benchmark.INPUTS)
+  assert [c.input for c in both[:8]] == list(benchmark.INPUTS) * 4
+  assert {c.input for c in both[8:]} == {"pipeline"}
 
 
 def test_cases_cover_each_precision():
@@ -104,18 +108,18 @@ def test_benchmark_command_writes_positive_rates(criteo_file, work_dir,
                    "--batch-sizes", "64", "--hidden-units", "16",
                    "--min-frequency", str(STUDY_MIN_FREQUENCY), "--vocab-scale", "3",
                    "--warmup-steps", "1", "--steps", "2",
-                   "--inputs", "pipeline,fixed",
+                   "--inputs", "fixed",
                    "--work-dir", str(work_dir), "--output", str(out)])
   assert code == 0
   with open(out, newline="") as f:
     reader = csv.DictReader(f)
     assert tuple(reader.fieldnames) == benchmark.COLUMNS
     rows = list(reader)
-  # Batch 64 x 2 updates x CowClip on/off x 2 inputs, then the Trainer's
-  # input at vocab x3.
-  assert len(rows) == 12
-  assert {r["input"] for r in rows if r["vocab_scale"] == "1"} == {
-      "pipeline", "fixed"}
+  # Batch 64 x 2 updates x CowClip on/off on the fixed batches, then on
+  # the Trainer's input at vocab x3 (both inputs side by side: the cases'
+  # test above).
+  assert len(rows) == 8
+  assert [r["input"] for r in rows] == ["fixed"] * 4 + ["pipeline"] * 4
   for row in rows:
     assert float(row["seconds_per_step"]) > 0
     assert float(row["examples_per_second"]) > 0
