@@ -106,11 +106,16 @@ def _tune(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
-  summary = generate.write_synthetic(args.format, args.rows, args.seed,
-                                     args.out, top_ids=args.top_ids,
-                                     id_profile=args.id_profile,
-                                     rare_signal=args.rare_signal)
-  print(summary)
+  options = {"id_profile": args.id_profile, "rare_signal": args.rare_signal,
+             "top_ids": args.top_ids}
+  if args.days is None:
+    print(generate.write_synthetic(args.format, args.rows, args.seed,
+                                   args.out, **options))
+    return 0
+  for day, summary in enumerate(generate.write_days(
+      args.format, args.rows, args.days, args.seed, args.out,
+      churn=args.churn, ctr_drift=args.ctr_drift, **options), start=1):
+    print(summary or f"day {day}: kept, already written")
   return 0
 
 
@@ -151,7 +156,24 @@ def build_parser() -> argparse.ArgumentParser:
   gen.add_argument("--format", required=True, choices=("criteo", "avazu"))
   gen.add_argument("--rows", type=int, required=True)
   gen.add_argument("--seed", type=int, default=0)
-  gen.add_argument("--out", required=True, help="output file path")
+  gen.add_argument("--out", required=True,
+                   help="output file path; with --days, the directory of "
+                   "the day folders")
+  gen.add_argument("--days", type=int, default=None, metavar="N",
+                   help="write N days of --rows rows each, day d to "
+                   "OUT/day-d/, the world drifting from day to day; train "
+                   "on them with run --data 'OUT/day-{SPAN}/' "
+                   "(docs/daily.md)")
+  gen.add_argument("--churn", type=float, default=generate.DEFAULT_CHURN,
+                   metavar="P",
+                   help="with --days: the share of each large field's ids "
+                   "that new ids replace each day (default "
+                   f"{generate.DEFAULT_CHURN})")
+  gen.add_argument("--ctr-drift", type=float,
+                   default=generate.DEFAULT_CTR_DRIFT, metavar="S",
+                   help="with --days: the standard deviation of the click "
+                   "log-odds' daily change (default "
+                   f"{generate.DEFAULT_CTR_DRIFT})")
   gen.add_argument("--top-ids", type=int, default=None, metavar="K",
                    help="keep each field's K most frequent ids, one shared "
                    "id for the rest (the CowClip paper's Table 1 data)")

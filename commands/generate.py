@@ -29,7 +29,7 @@ file. Rows are generated and written in chunks, so memory is bounded by
 import dataclasses
 import os
 import secrets
-from typing import Optional
+from typing import List, Optional
 
 import numpy as np
 
@@ -107,11 +107,19 @@ def _hex_block(values: np.ndarray, missing: np.ndarray) -> np.ndarray:
   return block
 
 
+# An odd 32-bit stride: a renewed id's generation moves its hex id.
+_GENERATION_STRIDE = np.uint64(0x9E3779B1)
+
+
 def _hex_ids(name: str, key: np.ndarray) -> np.ndarray:
-  """The 32-bit hash id of each rank: bijective, so ranks stay distinct."""
+  """The 32-bit hash id of each key: bijective on the ranks, so ranks stay
+  distinct (a renewed id's generation is folded in; generation 0, all
+  data but later days', leaves the rank's id as it always was)."""
   hex_salt = synthetic_world.salt(synthetic_world.WORLD_SEED, name, "hex") & (
       synthetic_world.U64_MASK32)
-  return synthetic_world.mix32((key + hex_salt) & synthetic_world.U64_MASK32)
+  folded = key + hex_salt + (key >> synthetic_world.GENERATION_SHIFT) * (
+      _GENERATION_STRIDE)
+  return synthetic_world.mix32(folded & synthetic_world.U64_MASK32)
 
 
 def _int_ids(field: IdField, key: np.ndarray) -> np.ndarray:
@@ -177,7 +185,8 @@ def _format_rows(world: World, seed: int, sampled: Rows,
 def write_synthetic(fmt: str, rows: int, seed: int, out: str, *,
                     chunk_rows: int = DEFAULT_CHUNK_ROWS,
                     top_ids: Optional[int] = None,
-                    id_profile: str = "default", rare_signal: float = 0.0
+                    id_profile: str = "default", rare_signal: float = 0.0,
+                    drift: Optional[synthetic_world.Drift] = None
                    ) -> GenerationSummary:
   """Writes ``rows`` synthetic rows of dataset ``fmt`` in its raw layout.
 
@@ -195,6 +204,8 @@ def write_synthetic(fmt: str, rows: int, seed: int, out: str, *,
       field and one shared id for the rest (keep_top_ids); same labels.
     id_profile, rare_signal: the id-frequency profile and the rare ids'
       share of the click signal (synthetic_profile.world_for).
+    drift: write the rows of this day of daily data (write_days): the
+      world as it has moved by then, rows drawn with (seed, day).
 
   Returns:
     A GenerationSummary of the written file.
@@ -215,12 +226,22 @@ def write_synthetic(fmt: str, rows: int, seed: int, out: str, *,
       raise ValueError(f"{arg} must be >= {low}, got {value}")
   if not os.path.basename(out) or os.path.isdir(out):
     raise ValueError(f"out must be a file path, got {out!r}")
+  if drift is not None and top_ids is not None:
+    raise ValueError("top_ids keeps day 1's ids: it does not apply to "
+                     "daily data")
   rows, seed, chunk_rows = int(rows), int(seed), int(chunk_rows)
 
   directory = os.path.dirname(os.path.abspath(out))
   os.makedirs(directory, exist_ok=True)
   bias = synthetic_world.calibrated_bias(world, rows)
   rng = np.random.default_rng(seed)
+  row_seed = seed
+  day = None
+  if drift is not None:
+    bias += synthetic_world.click_shift(drift)
+    rng = np.random.default_rng([seed, drift.day])
+    row_seed = int(synthetic_world.salt(seed, "day", drift.day))
+    day = drift.day
   clicks = 0
   written = 0
   temp_path = os.path.join(directory, f".{os.path.basename(out)}."
@@ -233,7 +254,11 @@ def write_synthetic(fmt: str, rows: int, seed: int, out: str, *,
         written += f.write((spec.delimiter.join(spec.columns) + "\n").encode())
       for start in range(0, rows, chunk_rows):
         row_index = np.arange(start, min(start + chunk_rows, rows))
-        sampled = synthetic_world.sample_rows(world, rng, row_index, rows)
+        sampled = synthetic_world.sample_rows(world, rng, row_index, rows,
+                                              day)
+        if drift is not None:
+          sampled = dataclasses.replace(sampled, keys=(
+              synthetic_world.renew_ids(world, sampled.keys, drift)))
         logit = bias + synthetic_world.logit_without_bias(world, sampled)
         labels = rng.random(row_index.shape[0]) < synthetic_world.sigmoid(
             logit)
@@ -242,7 +267,7 @@ def write_synthetic(fmt: str, rows: int, seed: int, out: str, *,
           sampled = dataclasses.replace(sampled, keys=(
               synthetic_world.keep_top_ids(sampled.keys, tuple(world.ids),
                                            top_ids)))
-        written += f.write(_format_rows(world, seed, sampled, labels,
+        written += f.write(_format_rows(world, row_seed, sampled, labels,
                                         row_index))
     os.replace(temp_path, out)
   except BaseException:
@@ -250,3 +275,41 @@ def write_synthetic(fmt: str, rows: int, seed: int, out: str, *,
     raise
   return GenerationSummary(path=out, dataset=spec.name, rows=rows, seed=seed,
                            clicks=clicks, bytes_written=written)
+
+
+# The folder of each day of daily data: TFX's span pattern {SPAN} reads the
+# day as the span number (run --data 'DIR/day-{SPAN}/').
+DAY_FOLDER = "day-{day}"
+# Each day's file, named as the dataset's raw download names it.
+DAY_FILE = {"criteo": "train.txt", "avazu": "train"}
+# Daily data's defaults (docs/daily.md): the share of a large field's ids
+# replaced each day, and the daily step of the click log-odds.
+DEFAULT_CHURN = 0.05
+DEFAULT_CTR_DRIFT = 0.03
+
+
+def write_days(fmt: str, rows: int, days: int, seed: int, out_dir: str, *,
+               churn: float = DEFAULT_CHURN,
+               ctr_drift: float = DEFAULT_CTR_DRIFT,
+               **options) -> List[GenerationSummary]:
+  """Writes `days` days of `rows` rows each, day d to
+  out_dir/day-d/<the dataset's file name>, the world drifting from day to
+  day (synthetic_world.Drift: ids renewed at rate `churn`, the click rate
+  moving by `ctr_drift` a day). A day already written is kept (a day's
+  bytes are fixed by its arguments), so a stopped command resumes.
+  `options`: write_synthetic's."""
+  if isinstance(days, bool) or not isinstance(days, int) or days < 1:
+    raise ValueError(f"days must be an integer >= 1, got {days!r}")
+  if not 0.0 <= churn <= 1.0:
+    raise ValueError(f"churn must be in [0, 1], got {churn}")
+  if ctr_drift < 0:
+    raise ValueError(f"ctr_drift must be >= 0, got {ctr_drift}")
+  name = DAY_FILE[features.get_spec(fmt).name]
+  summaries = []
+  for day in range(1, days + 1):
+    path = os.path.join(out_dir, DAY_FOLDER.format(day=day), name)
+    summaries.append(write_synthetic(
+        fmt, rows, seed, path, drift=synthetic_world.Drift(day, churn,
+                                                           ctr_drift),
+        **options) if not os.path.exists(path) else None)
+  return summaries

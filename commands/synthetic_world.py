@@ -38,6 +38,14 @@ _AVAZU_DAYS = 10
 _AVAZU_FIRST_WEEKDAY = 1  # 2014-10-21 was a Tuesday (Monday = 0).
 
 U64_MASK32 = np.uint64(0xFFFFFFFF)
+# An id's key is rank + 1 plus its generation << GENERATION_SHIFT: the
+# generation counts how often daily data (Drift) replaced the id at that
+# rank by a new one. Ranks, one-off ids included, stay below 2^40.
+GENERATION_SHIFT = np.uint64(40)
+RANK_MASK = np.uint64(2**40 - 1)
+# Fields with at least this many distinct ids, written as hex strings, are
+# the large fields whose ids daily data renews.
+LARGE_FIELD_IDS = 1000
 # Ranks one-off ids are drawn from (IdField.one_off_share); a 32-bit hex id
 # still names each rank once.
 ONE_OFF_RANKS = 2**31
@@ -348,17 +356,22 @@ def _ranks(field: IdField, support: int, u_head: np.ndarray,
   return ranks
 
 
-def _hour_index(row_index: np.ndarray, rows: int) -> np.ndarray:
-  """Hour of each row, in file order, with a day-night volume cycle."""
-  hours = np.arange(_AVAZU_DAYS * 24)
+def _hour_index(row_index: np.ndarray, rows: int,
+                day: Optional[int] = None) -> np.ndarray:
+  """Hour of each row, in file order, with a day-night volume cycle: over
+  the dataset's days, or over the 24 hours of `day` (1: the first)."""
+  hours = np.arange(24 if day else _AVAZU_DAYS * 24)
   volume = 1.0 + 0.5 * np.cos(2.0 * np.pi * (hours % 24 - 14) / 24.0)
   ends = np.floor(np.cumsum(volume) / volume.sum() * rows)
-  return np.searchsorted(ends, row_index, side="right")
+  return np.searchsorted(ends, row_index, side="right") + 24 * (
+      day - 1 if day else 0)
 
 
 def sample_rows(world: World, rng: np.random.Generator,
-                 row_index: np.ndarray, rows: int) -> Rows:
-  """Draws the ids and counts of the rows at ``row_index`` of a file."""
+                row_index: np.ndarray, rows: int,
+                day: Optional[int] = None) -> Rows:
+  """Draws the ids and counts of the rows at ``row_index`` of a file (of
+  one `day` of daily data: its hours are that day's)."""
   n = row_index.shape[0]
   group_uniforms: Dict[str, np.ndarray] = {}
 
@@ -409,11 +422,69 @@ def sample_rows(world: World, rng: np.random.Generator,
 
   hour_index = None
   if world.spec.time_field:
-    hour_index = _hour_index(row_index, rows)
+    hour_index = _hour_index(row_index, rows, day)
     keys[features.HOUR_OF_DAY] = (hour_index % 24).astype(np.uint64) + 1
     weekday = (hour_index // 24 + _AVAZU_FIRST_WEEKDAY) % 7
     keys[features.WEEKDAY] = weekday.astype(np.uint64) + 1
   return Rows(keys, dense, dense_missing, hour_index)
+
+
+# ------------------------------------------------------------ daily data --
+
+
+@dataclasses.dataclass(frozen=True)
+class Drift:
+  """How the world of `day` (1: the first) has moved since day 1.
+
+  Attributes:
+    day: the day, >= 1.
+    churn: the share of a large field's ids that new ids replace each day
+      after the first (a new id takes the rank, so the frequency profile
+      stays; its weight and latent vector are its own).
+    ctr_drift: the standard deviation of the click log-odds' daily change
+      (a seeded random walk: click rates move slowly).
+  """
+  day: int
+  churn: float
+  ctr_drift: float
+
+
+def renewed_fields(world: World) -> Tuple[str, ...]:
+  """The large fields (LARGE_FIELD_IDS ids or more, hex strings): those
+  whose ids daily data renews."""
+  return tuple(name for name, field in world.ids.items()
+               if name in world.spec.str_categorical and
+               field.cardinality >= LARGE_FIELD_IDS)
+
+
+def renew_ids(world: World, keys: Mapping[str, np.ndarray],
+              drift: Drift) -> Dict[str, np.ndarray]:
+  """The keys of `drift.day`: in each renewed field, the id at a rank was
+  replaced on each day t = 2..day with probability churn (a hash of field,
+  rank and t, so every row agrees), and the key carries its generation,
+  the last day it was replaced minus 1. Missing values and a field's
+  placeholder (head) id stay."""
+  renewed = dict(keys)
+  for name in renewed_fields(world):
+    key = keys[name]
+    fixed = key == 0
+    if world.ids[name].head_mass > 0:
+      fixed |= key == 1
+    generation = np.zeros_like(key)
+    for t in range(2, drift.day + 1):
+      replaced = _hash_uniform(salt(WORLD_SEED, name, "renew", t),
+                               key) < drift.churn
+      generation[replaced & ~fixed] = t - 1
+    renewed[name] = key + (generation << GENERATION_SHIFT)
+  return renewed
+
+
+def click_shift(drift: Drift) -> float:
+  """The change of the click log-odds from day 1 to drift.day: the sum of
+  daily steps N(0, ctr_drift^2), the same for every seed of the rows."""
+  steps = [np.random.default_rng([WORLD_SEED, t]).standard_normal()
+           for t in range(2, drift.day + 1)]
+  return drift.ctr_drift * float(np.sum(steps))
 
 
 # ----------------------------------------------------------- hidden model --
@@ -483,7 +554,8 @@ def rare_weight_scale(world: World, name: str,
   law's last rank, so the scale of an id never depends on the file's size.
   """
   last = float(world.ids[name].cardinality)
-  scale = (np.minimum(keys.astype(np.float64), last)**world.rare_signal /
+  ranks = (keys & RANK_MASK).astype(np.float64)  # A renewed id's rank.
+  scale = (np.minimum(ranks, last)**world.rare_signal /
            world.weight_norms[name])
   return np.where(keys == 0, 1.0, scale)
 

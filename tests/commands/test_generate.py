@@ -2,6 +2,7 @@
 
 import collections
 import dataclasses
+import hashlib
 import os
 import re
 from typing import List, Tuple
@@ -12,7 +13,9 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 from sklearn.preprocessing import OneHotEncoder
 
+from commands import cli
 from commands import generate
+from commands import synthetic_profile
 from commands import synthetic_world
 from trainer_module import features
 
@@ -289,3 +292,122 @@ def test_power_law_ranks_stay_in_support(exponent):
   ranks = synthetic_world.power_law_ranks(u, 1000, exponent)
   assert ranks[0] == 0 and ranks.min() >= 0 and ranks.max() <= 999
   assert ranks[-1] >= 900
+
+
+
+def test_a_files_bytes_stay_those_the_committed_studies_fingerprinted(
+    tmp_path):
+  """Regenerating a study's data gives the bytes its committed rows were
+  trained on (study_provenance.data_fingerprint): daily data's renewed ids
+  leave a single file's bytes as they were (3,000 rows, seed 1: the
+  tests' and docs' standard small data)."""
+  path = str(tmp_path / "train.txt")
+  generate.write_synthetic("criteo", 3_000, 1, path)
+  with open(path, "rb") as f:
+    assert hashlib.md5(f.read()).hexdigest() == (
+        "12f027692254d3c4c4a0269e19c7c74b")
+
+
+def _day_rows(out, fmt, day):
+  spec = features.get_spec(fmt)
+  return _read(os.path.join(out, f"day-{day}", generate.DAY_FILE[fmt]),
+               spec)[1]
+
+
+def test_daily_data_renews_the_large_fields_ids_and_keeps_the_rest(tmp_path):
+  """generate --days: one folder per day; from day to day new ids take the
+  place of a churn share of each large field's ids (the id at a rank is
+  the same id on every row of a day), small fields keep theirs, and the
+  hidden model scores a renewed id with its own weight."""
+  world = synthetic_profile.world_for("criteo")
+  large = synthetic_world.renewed_fields(world)
+  assert large and set(large) <= set(features.CRITEO.categorical_features)
+  small = [n for n in world.ids if n not in large]
+  assert small
+  rng = np.random.default_rng(0)
+  keys = synthetic_world.sample_rows(world, rng, np.arange(50_000),
+                                     50_000).keys
+  churn = 0.2
+  first = synthetic_world.renew_ids(world, keys,
+                                    synthetic_world.Drift(1, churn, 0.0))
+  for name in world.ids:
+    np.testing.assert_array_equal(first[name], keys[name])
+  for day in (2, 4):
+    renewed = synthetic_world.renew_ids(world, keys,
+                                        synthetic_world.Drift(day, churn, 0))
+    for name in small:
+      np.testing.assert_array_equal(renewed[name], keys[name])
+    for name in large:
+      rank = renewed[name] & synthetic_world.RANK_MASK
+      np.testing.assert_array_equal(rank, keys[name])  # Ranks stay.
+      generation = renewed[name] >> synthetic_world.GENERATION_SHIFT
+      present = keys[name] > (1 if world.ids[name].head_mass > 0 else 0)
+      assert not generation[~present].any()  # Missing, placeholder: kept.
+      assert generation.max() <= day - 1
+      # Each distinct id's chance of being renewed by then.
+      distinct = np.unique(keys[name][present])
+      share = np.mean(np.isin(
+          distinct, keys[name][present & (generation > 0)]))
+      assert share == pytest.approx(1 - (1 - churn)**(day - 1), abs=0.03), (
+          name, day)
+      # One id per rank on a day: every row with a rank agrees.
+      by_rank = collections.defaultdict(set)
+      for k, g in zip(keys[name][present][:5000], generation[present][:5000]):
+        by_rank[int(k)].add(int(g))
+      assert all(len(g) == 1 for g in by_rank.values())
+  # A renewed id is another id: its own hex string, weight and latent.
+  key = np.array([5], np.uint64)
+  again = key + (np.uint64(2) << synthetic_world.GENERATION_SHIFT)
+  name = large[0]
+  assert generate._hex_ids(name, key) != generate._hex_ids(name, again)  # pylint: disable=protected-access
+  assert synthetic_world._hash_normal(7, key) != (  # pylint: disable=protected-access
+      synthetic_world._hash_normal(7, again))  # pylint: disable=protected-access
+
+
+def test_click_shift_is_a_seeded_random_walk():
+  shifts = [synthetic_world.click_shift(synthetic_world.Drift(d, 0.0, 0.03))
+            for d in range(1, 6)]
+  assert shifts[0] == 0.0
+  steps = [np.random.default_rng([synthetic_world.WORLD_SEED, t])
+           .standard_normal() for t in range(2, 6)]
+  np.testing.assert_allclose(shifts[1:], 0.03 * np.cumsum(steps), rtol=1e-12)
+  assert synthetic_world.click_shift(synthetic_world.Drift(5, 0.5, 0.0)) == 0
+
+
+@pytest.mark.parametrize("fmt", ["criteo", "avazu"])
+def test_generate_days_writes_one_folder_a_day_and_resumes(tmp_path, fmt,
+                                                           capsys):
+  out = str(tmp_path / "logs")
+  argv = ["generate", "--format", fmt, "--rows", "3000", "--seed", "2",
+          "--out", out, "--days", "2", "--churn", "0.3"]
+  assert cli.main(argv) == 0
+  spec = features.get_spec(fmt)
+  days = [_day_rows(out, fmt, day) for day in (1, 2)]
+  assert all(len(rows) == 3000 for rows in days)
+  # Other rows each day, ids renewed in the large fields.
+  assert days[0] != days[1]
+  world = synthetic_profile.world_for(fmt)
+  for name in synthetic_world.renewed_fields(world):
+    seen = set(_column(days[0], spec, name))
+    new = np.mean([v not in seen for v in _column(days[1], spec, name)])
+    assert new > 0.1, name
+  if spec.time_field:  # Each day's hours are its own.
+    hours = [{int(h) % 10_000 // 100 for h in _column(rows, spec,
+                                                      spec.time_field)}
+             for rows in days]
+    assert hours[1] == {d + 1 for d in hours[0]} and len(hours[0]) == 1
+  capsys.readouterr()
+  before = [os.path.getmtime(os.path.join(out, f"day-{d}",
+                                          generate.DAY_FILE[fmt]))
+            for d in (1, 2)]
+  assert cli.main(argv[:-4] + ["--days", "3", "--churn", "0.3"]) == 0
+  printed = capsys.readouterr().out
+  assert printed.count("kept, already written") == 2
+  assert [os.path.getmtime(os.path.join(out, f"day-{d}",
+                                        generate.DAY_FILE[fmt]))
+          for d in (1, 2)] == before
+  assert len(_day_rows(out, fmt, 3)) == 3000
+  with pytest.raises(ValueError, match="daily data"):
+    generate.write_days(fmt, 10, 1, 0, str(tmp_path / "x"), top_ids=3)
+  with pytest.raises(ValueError, match="churn"):
+    generate.write_days(fmt, 10, 1, 0, str(tmp_path / "x"), churn=2)
