@@ -25,7 +25,9 @@ from typing import Any, Dict
 from tfx.orchestration.kubeflow.v2 import kubeflow_v2_dag_runner
 import yaml
 
+from components.raw_example_gen import spans
 from pipeline.config import PipelineConfig
+from pipeline.pipeline import EXAMPLE_GEN_ID
 from pipeline.pipeline import UNCACHED_NODES
 from pipeline.pipeline import create_pipeline
 
@@ -93,14 +95,24 @@ def compile_pipeline(config: PipelineConfig, image: str,
   spec = job["pipelineSpec"]
   spec["defaultPipelineRoot"] = config.pipeline_root
   # TFX caches all steps or none; KFP honours each task's own option.
-  for name in UNCACHED_NODES:
+  uncached = list(UNCACHED_NODES)
+  if spans.has_span(config.data):
+    # Daily data: no backend but Vertex runs the driver that resolves the
+    # span and fingerprints its files, so ExampleGen's cache key would not
+    # change from one day to the next (kubeflow/README.md).
+    uncached.append(EXAMPLE_GEN_ID)
+  for name in uncached:
     spec["root"]["dag"]["tasks"][name]["cachingOptions"] = {
         "enableCache": False}
   return spec
 
 
 def _absolute(path: str) -> str:
-  return path if "://" in path else os.path.abspath(path)
+  """A local path made absolute, its trailing '/' kept: with {SPAN}, it
+  says the span is a folder whose files are all read."""
+  if "://" in path:
+    return path
+  return os.path.abspath(path) + ("/" if path.endswith("/") else "")
 
 
 def write_pipeline_spec(spec: Dict[str, Any], path: str) -> None:

@@ -7,11 +7,13 @@ turns it into TFX components. Defaults that depend on the dataset come from
 
 import dataclasses
 import functools
+import glob
 import gzip
 import os
 from typing import Any, Dict, Optional, Sequence
 from typing import Tuple
 
+from components.raw_example_gen import spans
 from pipeline.code_fingerprint import REPO_ROOT
 from trainer_module import features
 from trainer_module import options
@@ -96,6 +98,9 @@ class IngestionSettings:
     skip_foreign_files: skip the files of the data that are not the
       dataset's training data (a test file, a readme) instead of refusing
       them.
+    span: with daily data (`{SPAN}` in --data), the span ExampleGen reads:
+      'latest' (None: the same) or a span number
+      (components/raw_example_gen/spans.py).
   """
   min_frequency: Optional[int] = options.option(
       None, "vocabulary frequency threshold (default: the dataset's for the "
@@ -114,9 +119,13 @@ class IngestionSettings:
       False, "skip the files of --data that are not the dataset's training "
       "data (an unlabelled test file, a readme, an archive), naming them, "
       "instead of failing")
+  span: Optional[str] = options.option(
+      None, "with daily data (--data 'logs/day-{SPAN}/'), the day "
+      "ExampleGen ingests: latest (the default) or a span number")
 
   def __post_init__(self):
     options.check_choices(self)
+    spans.check_span_choice(self.span)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -349,7 +358,7 @@ class PipelineConfig:
   def estimated_rows(self) -> Optional[int]:
     """estimate_rows(data), read once: Transform's threshold and
     StatisticsGen's sampling both size themselves by it."""
-    return estimate_rows(self.data)
+    return estimate_rows(self.data, self.ingestion.span)
 
   @property
   def vocabulary_min_frequency(self) -> int:
@@ -406,8 +415,9 @@ def _lines_per_stored_byte(path: str) -> float:
   return (head.count(b"\n") or 1) / max(len(head), 1)
 
 
-def estimate_rows(data: str) -> Optional[int]:
-  """About how many rows the raw file(s) at `data` hold, or None.
+def estimate_rows(data: str, span: Optional[str] = None) -> Optional[int]:
+  """About how many rows the raw file(s) at `data` hold, or None; with
+  daily data ({SPAN}), those of the `span` ExampleGen reads.
 
   Each file's bytes times the lines per byte of its first MiB: cheap on any
   size, and close enough to pick a vocabulary threshold. None for a remote
@@ -415,7 +425,14 @@ def estimate_rows(data: str) -> Optional[int]:
   """
   if "://" in data:
     return None
-  if os.path.isdir(data):
+  if spans.has_span(data):
+    base, pattern = spans.split_span_path(data)
+    try:
+      resolved = spans.resolve(base, pattern, spans.range_config(span))
+    except ValueError:  # The input check says so.
+      return None
+    paths = sorted(glob.glob(os.path.join(base, resolved.pattern)))
+  elif os.path.isdir(data):
     paths = sorted(os.path.join(data, n) for n in os.listdir(data)
                    if not n.startswith("."))
   else:

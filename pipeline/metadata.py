@@ -93,14 +93,21 @@ def node_artifacts(metadata_path: str, pipeline_name: str, node_id: str,
 
 def ingestion_counts(store: metadata_store.MetadataStore) -> Dict[str, int]:
   """The row counts RawCtrExampleGen recorded on its latest Examples
-  (rows_read, bad_rows, train_rows, eval_rows), or {} when none did."""
+  (rows_read, bad_rows, train_rows, eval_rows) and its span (TFX's span
+  property: the day of daily data, 0 for data without {SPAN}), or {} when
+  none did."""
   ingested = [a for a in store.get_artifacts_by_type("Examples")
               if "rows_read" in a.custom_properties]
   if not ingested:
     return {}
-  properties = max(ingested, key=lambda a: a.id).custom_properties
-  return {key: properties[key].int_value
-          for key in ("rows_read", "bad_rows", "train_rows", "eval_rows")}
+  latest = max(ingested, key=lambda a: a.id)
+  counts = {key: latest.custom_properties[key].int_value
+            for key in ("rows_read", "bad_rows", "train_rows", "eval_rows")}
+  # TFX's driver records the span as a custom property.
+  counts["span"] = (latest.custom_properties["span"].int_value
+                    if "span" in latest.custom_properties else
+                    latest.properties["span"].int_value)
+  return counts
 
 
 def execution_spans(store: metadata_store.MetadataStore
@@ -389,7 +396,9 @@ def read_outcome_at(metadata_path: str) -> RunOutcome:
   ingestion = (f"{counts['rows_read']:,} rows, "
                f"{counts['bad_rows']:,} bad rows dropped "
                f"({counts['train_rows']:,} train, "
-               f"{counts['eval_rows']:,} eval)") if counts else None
+               f"{counts['eval_rows']:,} eval)"
+               + (f", span {counts['span']}" if counts["span"] else "")
+               ) if counts else None
   pushed = latest_artifact(store, "PushedModel")
   evaluation = uri("ModelEvaluation")
   is_pushed = bool(pushed and pushed.custom_properties["pushed"].int_value)

@@ -26,6 +26,7 @@ from components.evaluator import Evaluator
 from components.baseline import LatestPushedModel
 from components.pusher import Pusher
 from components.raw_example_gen import RawCtrExampleGen
+from components.raw_example_gen import spans
 from components.statistics_gen import StatisticsGen
 from components.strict_example_validator import StrictExampleValidator
 from components.transform import Transform
@@ -46,6 +47,7 @@ RUN_FN = "trainer_module.trainer.run_fn"
 TUNER_FN = "trainer_module.tuner.tuner_fn"
 
 BASELINE_ID = "latest_pushed_model"
+EXAMPLE_GEN_ID = "RawCtrExampleGen"
 # Nodes that read state outside ML Metadata (the serving directory): a cached
 # result would be stale, so no runner may reuse one. TFX caches per pipeline;
 # `local_ir` and kubeflow.compiler switch these nodes off one by one.
@@ -70,10 +72,14 @@ _RESOURCE_SPEC = (
 def split_input(path: str) -> Tuple[str, str]:
   """(input_base, file pattern) for a file or a directory of raw files.
 
+  With TFX's {SPAN} in it: the folder above the span's (spans.py).
   A URI (gs://...) cannot be looked at offline, so it names a directory only
   when it ends with '/' (or is a bare bucket); otherwise its last part is the
   file name or glob.
   """
+  if spans.has_span(path):  # Daily data: the span's folder or files.
+    base, pattern = spans.split_span_path(path)
+    return (base if "://" in path else os.path.abspath(base)), pattern
   if "://" in path:
     head, _, tail = path.rpartition("/")
     if path.endswith("/") or head.endswith(":/"):
@@ -287,11 +293,13 @@ def create_pipeline(config: PipelineConfig,
   example_gen = RawCtrExampleGen(
       input_base=input_base,
       input_pattern=pattern,
+      range_config=spans.range_config(config.ingestion.span),
       dataset=config.dataset,
       split=config.ingestion.split,
       eval_fraction=config.eval_fraction,
       max_bad_fraction=config.ingestion.max_bad_fraction,
-      skip_foreign_files=config.ingestion.skip_foreign_files)
+      skip_foreign_files=config.ingestion.skip_foreign_files
+  ).with_id(EXAMPLE_GEN_ID)
   statistics_gen = StatisticsGen(
       examples=example_gen.outputs["examples"],
       stats_options=create_stats_options(config.estimated_rows))

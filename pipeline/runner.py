@@ -8,6 +8,7 @@ evaluation are.
 """
 
 import contextlib
+import glob
 import logging
 import os
 import tempfile
@@ -17,6 +18,7 @@ from tfx import v1 as tfx
 from tfx.orchestration.beam import beam_dag_runner
 
 from components.raw_example_gen import input_files
+from components.raw_example_gen import spans
 from pipeline import metadata
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_pipeline
@@ -43,10 +45,24 @@ def check_input(config: PipelineConfig) -> None:
   files that are not the dataset's training data, naming them (unless
   config.ingestion.skip_foreign_files: then ExampleGen skips them and says so)."""
   path = config.data
-  if not os.path.exists(path):
+  if spans.has_span(path):
+    base, pattern = spans.split_span_path(path)
+    try:
+      resolved = spans.resolve(base, pattern,
+                               spans.range_config(config.ingestion.span))
+    except ValueError as error:
+      raise InputError(str(error)) from None
+    files = sorted(glob.glob(os.path.join(base, resolved.pattern)))
+    path = os.path.join(base, resolved.pattern)
+  elif config.ingestion.span is not None:
+    raise InputError(f"--span {config.ingestion.span} picks a day of daily "
+                     f"data, but --data {path!r} has no {spans.SPAN} in it "
+                     "(e.g. --data 'logs/day-{SPAN}/')")
+  elif not os.path.exists(path):
     raise InputError(f"input path {path!r} does not exist")
-  files = ([os.path.join(path, f) for f in sorted(os.listdir(path))
-            if not f.startswith(".")] if os.path.isdir(path) else [path])
+  else:
+    files = ([os.path.join(path, f) for f in sorted(os.listdir(path))
+              if not f.startswith(".")] if os.path.isdir(path) else [path])
   files = [f for f in files if os.path.isfile(f)]
   if not files:
     raise InputError(f"input directory {path!r} holds no files")

@@ -14,6 +14,7 @@ from tfx.components.example_gen import component
 from tfx.components.example_gen import utils
 from tfx.dsl.components.base import executor_spec
 from tfx.proto import example_gen_pb2
+from tfx.proto import range_config_pb2
 
 from components.raw_example_gen import executor
 from trainer_module import features
@@ -59,7 +60,8 @@ class RawCtrExampleGen(component.FileBasedExampleGen):
                eval_fraction: Optional[float] = None,
                max_bad_fraction: float = (
                    features.DEFAULT_MAX_BAD_FRACTION),
-               skip_foreign_files: bool = False):
+               skip_foreign_files: bool = False,
+               range_config: Optional[range_config_pb2.RangeConfig] = None):
     """Constructs a RawCtrExampleGen.
 
     Args:
@@ -76,6 +78,8 @@ class RawCtrExampleGen(component.FileBasedExampleGen):
       skip_foreign_files: skip (and log) files that are not the dataset's
         training data, e.g. Criteo's unlabelled test.txt and readme.txt,
         instead of failing (input_files.foreign_reason).
+      range_config: with {SPAN} in input_pattern, the span to read (None:
+        the latest; spans.range_config).
     """
     spec = features.get_spec(dataset)
     options = executor.IngestOptions(dataset=dataset, split=split,
@@ -86,4 +90,5 @@ class RawCtrExampleGen(component.FileBasedExampleGen):
         input_config=utils.make_default_input_config(input_pattern),
         output_config=make_output_config(
             spec.eval_fraction if eval_fraction is None else eval_fraction),
-        custom_config=options.to_custom_config())
+        custom_config=options.to_custom_config(),
+        range_config=range_config)

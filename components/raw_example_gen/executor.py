@@ -34,6 +34,7 @@ from tfx.components.util import examples_utils
 from tfx.dsl.components.base import base_beam_executor
 from tfx.dsl.io import fileio
 from tfx.proto import example_gen_pb2
+from tfx.proto import range_config_pb2
 from tfx.types import artifact_utils
 from tfx.types import standard_component_specs
 from tfx.utils import proto_utils
@@ -41,6 +42,7 @@ from tfx.utils import proto_utils
 from components.raw_example_gen import columnar
 from components.raw_example_gen import input_files
 from components.raw_example_gen import rows
+from components.raw_example_gen import spans
 from trainer_module import features
 
 # Written into the output Examples artifact's directory (beside Split-*).
@@ -445,6 +447,16 @@ def split_boundaries(output_config: example_gen_pb2.Output) -> List[int]:
   return boundaries
 
 
+def _range_config(config_json: Optional[str]
+                 ) -> Optional[range_config_pb2.RangeConfig]:
+  """The component's range_config exec property, parsed (None if unset)."""
+  if not config_json:
+    return None
+  config = range_config_pb2.RangeConfig()
+  proto_utils.json_to_proto(config_json, config)
+  return config
+
+
 class Executor(base_beam_executor.BaseBeamExecutor):
   """Raw CTR files -> gzipped TFRecords of tf.Examples, one per split.
 
@@ -482,9 +494,20 @@ class Executor(base_beam_executor.BaseBeamExecutor):
     options = IngestOptions.from_custom_config_json(
         exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY))
     spec = features.get_spec(options.dataset)
-    pattern = os.path.join(
-        exec_properties[standard_component_specs.INPUT_BASE_KEY],
-        input_config.splits[0].pattern)
+    input_base = exec_properties[standard_component_specs.INPUT_BASE_KEY]
+    relative = input_config.splits[0].pattern
+    examples_channel = output_dict[standard_component_specs.EXAMPLES_KEY]
+    examples = artifact_utils.get_single_instance(examples_channel)
+    if spans.has_span(relative):
+      # No driver resolved the span (open-source Kubeflow does not run it):
+      # resolve it as TFX's driver does, and record it as the driver would.
+      resolved = spans.resolve(input_base, relative, _range_config(
+          exec_properties.get(standard_component_specs.RANGE_CONFIG_KEY)))
+      relative = resolved.pattern
+      examples.span = resolved.span
+      examples.set_int_custom_property(utils.SPAN_PROPERTY_NAME,
+                                       resolved.span)
+    pattern = os.path.join(input_base, relative)
     files = plan_input_files(pattern, spec, options.skip_foreign_files)
     compressed = [f.path for f in files if f.compressed]
     if options.split == "sequential" and compressed:
@@ -494,9 +517,6 @@ class Executor(base_beam_executor.BaseBeamExecutor):
           "not tell without reading it twice: decompress it (gunzip -k) or "
           "use the hash split")
     boundaries = split_boundaries(output_config)
-
-    examples_channel = output_dict[standard_component_specs.EXAMPLES_KEY]
-    examples = artifact_utils.get_single_instance(examples_channel)
     examples.split_names = artifact_utils.encode_split_names(split_names)
     summary_path = os.path.join(examples.uri, SUMMARY_FILE_NAME)
     logging.info("Reading %d %s file(s) matching %s, split %s.", len(files),

@@ -78,6 +78,27 @@ def test_an_extracted_dac_tar_gz_names_test_txt_and_the_file_to_use(
   assert "--skip-foreign-files" in lines[3] and len(lines) == 4
 
 
+def test_a_span_that_is_not_there_fails_before_any_component(tmp_path,
+                                                             capsys):
+  """Daily data: the span is resolved before anything runs, as TFX's
+  driver will resolve it; the error names the spans there are."""
+  generate.write_days("criteo", 20, 2, 0, str(tmp_path / "logs"))
+  daily = str(tmp_path / "logs") + "/day-{SPAN}/"
+  assert _run(tmp_path, daily, "--span", "4") == runner.EXIT_FAILED
+  assert (f"span 4 of {tmp_path / 'logs'}/day-{{SPAN}}/* is not there: "
+          "spans found: 1, 2") in capsys.readouterr().err
+  assert _run(tmp_path, str(tmp_path / "none") + "/day-{SPAN}/"
+             ) == runner.EXIT_FAILED
+  assert "no path matches it" in capsys.readouterr().err
+  plain = tmp_path / "logs" / "day-1" / "train.txt"
+  assert _run(tmp_path, plain, "--span", "1") == runner.EXIT_FAILED
+  assert "has no {SPAN} in it" in capsys.readouterr().err
+  assert _run(tmp_path, daily, "--span", "soon") == runner.EXIT_FAILED
+  assert "span must be 'latest' or a span number" in (
+      capsys.readouterr().err)
+  assert not (tmp_path / "out").exists()
+
+
 def test_empty_input_directory_fails_before_any_component(tmp_path, capsys):
   (tmp_path / "data").mkdir()
   assert _run(tmp_path, tmp_path / "data") == runner.EXIT_FAILED

@@ -14,6 +14,7 @@ from tfx.types import standard_artifacts
 
 from components.raw_example_gen import component
 from components.raw_example_gen import executor
+from components.raw_example_gen import spans
 from trainer_module import features
 
 SAMPLES = pathlib.Path(__file__).resolve().parents[2] / "data" / "samples"
@@ -256,3 +257,32 @@ def test_foreign_files_are_refused_or_skipped(tmp_path):
   assert summary["rows_read"] == 100 and summary["bad_rows"] == 0
   assert examples.mlmd_artifact.custom_properties["rows_read"].int_value == (
       100)
+
+
+def test_without_a_driver_the_executor_reads_the_span_tfxs_driver_picks(
+    tmp_path):
+  """Daily folders (--data 'logs/day-{SPAN}/'): where no driver resolved
+  the span (a compiled spec on open-source Kubeflow), the executor reads
+  the latest span, or the range's, and records it on the Examples as TFX's
+  driver does; a span that is not there is named with those that are."""
+  logs = tmp_path / "logs"
+  for day in (1, 2, 10):
+    _write_criteo(logs / f"day-{day}" / "train.txt",
+                  _criteo_rows(40 * day, seed=day))
+  base, pattern = spans.split_span_path(str(logs) + "/day-{SPAN}/")
+  assert (base, pattern) == (str(logs), "day-{SPAN}/*")
+  for choice, day in ((None, 10), ("latest", 10), ("2", 2)):
+    examples = _run(tmp_path / (choice or "none"), base, dataset="criteo",
+                    input_pattern=pattern,
+                    range_config=spans.range_config(choice))
+    assert examples.span == day
+    assert examples.get_int_custom_property("span") == day
+    rows = _read_split(examples, "train") + _read_split(examples, "eval")
+    assert len(rows) == 40 * day
+  with pytest.raises(ValueError, match=r"span 7 of .*day-\{SPAN\}/\* is not "
+                     "there: spans found: 1, 2, 10"):
+    _run(tmp_path / "seven", base, dataset="criteo", input_pattern=pattern,
+         range_config=spans.range_config("7"))
+  with pytest.raises(ValueError, match="span must be 'latest' or a span "
+                     "number, got 'yesterday'"):
+    spans.range_config("yesterday")

@@ -305,9 +305,19 @@ def test_beam_args_per_runner():
     ("gs://b", ("gs://b", "*")),
     ("gs://b/criteo/day_*.txt", ("gs://b/criteo", "day_*.txt")),
     ("s3://b/train.txt", ("s3://b", "train.txt")),
+    # Daily data: the folder above the span's, the span's files.
+    ("gs://b/logs/day-{SPAN}/", ("gs://b/logs", "day-{SPAN}/*")),
+    ("gs://b/logs/{SPAN}/part-*.txt", ("gs://b/logs", "{SPAN}/part-*.txt")),
 ])
 def test_split_input_of_uris(uri, expected):
   assert pipeline_lib.split_input(uri) == expected
+
+
+def test_split_input_of_a_local_span_path_is_absolute(tmp_path,
+                                                      monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  assert pipeline_lib.split_input("logs/day-{SPAN}/train.txt") == (
+      str(tmp_path / "logs"), "day-{SPAN}/train.txt")
 
 
 # --- kubeflow/Dockerfile: what can be checked without building it ---

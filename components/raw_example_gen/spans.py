@@ -1,0 +1,108 @@
+"""Which span of daily data ExampleGen reads: TFX's span pattern and range.
+
+Daily logs live in one folder per day, `--data 'logs/day-{SPAN}/'`; TFX's
+file-based ExampleGen reads one span per execution and records it on its
+Examples artifact. `--span` picks it: `latest` (TFX's default) or a span
+number (a static RangeConfig).
+
+The span is resolved by TFX's own FileBasedInputProcessor, the code of its
+ExampleGen driver, everywhere it is needed: by the CLI before anything
+starts (check the span's files, size the vocabulary threshold), and by the
+executor when no driver ran before it (a compiled spec on open-source
+Kubeflow Pipelines, whose backend does not run the driver hook:
+kubeflow/README.md).
+"""
+
+import dataclasses
+import os
+import re
+from typing import Optional, Tuple
+
+from tfx.components.example_gen import input_processor
+from tfx.components.example_gen import utils
+from tfx.dsl.io import fileio
+from tfx.proto import example_gen_pb2
+from tfx.proto import range_config_pb2
+
+SPAN = utils.SPAN_SPEC  # "{SPAN}"
+LATEST = "latest"
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolvedSpan:
+  """The span chosen, and its files' pattern under the input base."""
+  span: int
+  pattern: str
+
+
+def has_span(data: str) -> bool:
+  """Whether `data` names daily folders or files by TFX's span pattern."""
+  return SPAN in data
+
+
+def check_span_choice(choice: Optional[str]) -> None:
+  """`latest` or a span number (>= 0); None is latest."""
+  if choice is None or choice == LATEST:
+    return
+  if not choice.isdigit():
+    raise ValueError(f"span must be '{LATEST}' or a span number, got "
+                     f"{choice!r}")
+
+
+def range_config(choice: Optional[str]
+                ) -> Optional[range_config_pb2.RangeConfig]:
+  """ExampleGen's RangeConfig for a --span choice (None: the latest)."""
+  check_span_choice(choice)
+  if choice is None or choice == LATEST:
+    return None
+  number = int(choice)
+  return range_config_pb2.RangeConfig(
+      static_range=range_config_pb2.StaticRange(
+          start_span_number=number, end_span_number=number))
+
+
+def split_span_path(path: str) -> Tuple[str, str]:
+  """(input_base, pattern) of a path with {SPAN}: the base is the folder
+  above the first part that holds {SPAN} (TFX matches spans below the input
+  base), and a path ending in '/' reads every file of the span's folder."""
+  head, _, _ = path.partition(SPAN)
+  base = head.rpartition("/")[0]
+  pattern = path[len(base):].lstrip("/")
+  if pattern.endswith("/"):
+    pattern += "*"
+  return base or ".", pattern
+
+
+def found_spans(input_base: str, pattern: str) -> Tuple[int, ...]:
+  """The span numbers of the paths that match `pattern` under input_base."""
+  glob = os.path.join(input_base, pattern.replace(SPAN, "*"))
+  regex = re.compile(re.escape(os.path.join(input_base, pattern)).replace(
+      re.escape(SPAN), r"(\d+)").replace(r"\*", "[^/]*"))
+  return tuple(sorted({int(m.group(1)) for path in fileio.glob(glob)
+                       for m in [regex.fullmatch(path)] if m}))
+
+
+def resolve(input_base: str, pattern: str,
+            config: Optional[range_config_pb2.RangeConfig]) -> ResolvedSpan:
+  """The span TFX's driver would pick, and its pattern with the span in.
+
+  Raises:
+    ValueError: no path matches the pattern, or the range's span is not
+      among them (naming the pattern and the spans found).
+  """
+  splits = [example_gen_pb2.Input.Split(name="single_split", pattern=pattern)]
+  processor = input_processor.FileBasedInputProcessor(input_base, splits,
+                                                      config)
+  where = os.path.join(input_base, pattern)
+  try:
+    span, version = processor.resolve_span_and_version()
+  except (ValueError, RuntimeError):
+    found = found_spans(input_base, pattern)
+    wanted = (f"span {config.static_range.start_span_number}"
+              if config is not None else "a span")
+    raise ValueError(
+        f"{wanted} of {where} is not there: "
+        + (f"spans found: {', '.join(map(str, found))}" if found else
+           "no path matches it")) from None
+  return ResolvedSpan(span, processor.get_pattern_for_span_version(
+      pattern, span, version))
