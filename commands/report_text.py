@@ -110,6 +110,20 @@ INTERVALS_NOTE = (
     "method for AUC and the paired mean for log loss.")
 
 
+def warm_start_text(run: RunSummary) -> Optional[str]:
+  """Where the model started from, when it did not start from scratch
+  (trainer_module/warm_start.py), or why a served model was not used;
+  None when nothing was served to start from."""
+  warm = (run.training or {}).get("warm_start")
+  if not warm:
+    return None
+  if "skipped" in warm:
+    return f"none, trained from scratch: {warm['skipped']}"
+  return (f"from {warm['from']}: the rows of {warm['carried_ids']:,} ids "
+          f"carried over, {warm['new_ids']:,} new ids, "
+          f"{warm['dropped_ids']:,} dropped")
+
+
 def served_text(run: RunSummary) -> Optional[str]:
   """Which model the export serves, when it is not the model: the Trainer
   serves the logistic-regression baseline when it ranked better on the
@@ -188,6 +202,9 @@ def describe(run: RunSummary) -> str:
   else:
     lines.append("metrics:   none (no evaluation)")
   lines.append(f"baseline:  {baseline_verdict(run)}")
+  warm = warm_start_text(run)
+  if warm:
+    lines.append(f"warm start: {warm}")
   served = served_text(run)
   if served:
     lines.append(f"served:    {served}")
@@ -244,6 +261,9 @@ def headline(run: RunSummary, page: Optional[str]) -> str:
                    (f"; model AUC minus LR {over})" if over else ")"))
     if run.evaluation.baseline_overall is not None:
       lines.append(f"vs served:  {_headline_changes(overall)}")
+  warm = warm_start_text(run)
+  if warm:
+    lines.append(f"warm start: {warm}")
   served = served_text(run)
   if served:
     lines.append(f"served:     {served}")

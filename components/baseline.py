@@ -37,7 +37,10 @@ from tfx.utils import io_utils
 from tfx.utils import path_utils
 from tfx.utils import proto_utils
 
+from trainer_module import contract
+
 MODEL_KEY = "model"
+EXAMPLES_KEY = "examples"
 PUSH_DESTINATION_KEY = "push_destination"
 # Custom properties of the output Model.
 FOUND_PROPERTY = "pushed_model_found"
@@ -68,7 +71,7 @@ class Executor(base_executor.BaseExecutor):
   def Do(self, input_dict: Dict[str, List[types.Artifact]],
          output_dict: Dict[str, List[types.Artifact]],
          exec_properties: Dict[str, Any]) -> None:
-    del input_dict  # No inputs: the push destination is the source.
+    del input_dict  # The push destination is the source (see the spec).
     destination = pusher_pb2.PushDestination()
     proto_utils.json_to_proto(exec_properties[PUSH_DESTINATION_KEY],
                               destination)
@@ -81,7 +84,10 @@ class Executor(base_executor.BaseExecutor):
       model.set_int_custom_property(FOUND_PROPERTY, 0)
       return
     logging.info("Baseline: the served model %s.", served)
-    io_utils.copy_dir(served, path_utils.serving_model_dir(model.uri))
+    copy = path_utils.serving_model_dir(model.uri)
+    io_utils.copy_dir(served, copy)
+    io_utils.write_string_file(os.path.join(copy, contract.SERVED_FROM),
+                               served)
     model.set_int_custom_property(FOUND_PROPERTY, 1)
     model.set_string_custom_property(VERSION_PROPERTY,
                                      os.path.basename(served))
@@ -91,22 +97,33 @@ class Executor(base_executor.BaseExecutor):
 class LatestPushedModelSpec(types.ComponentSpec):
   PARAMETERS = {PUSH_DESTINATION_KEY: component_spec.ExecutionParameter(
       type=pusher_pb2.PushDestination)}
-  INPUTS = {}
+  INPUTS = {EXAMPLES_KEY: component_spec.ChannelParameter(
+      type=standard_artifacts.Examples, optional=True)}
   OUTPUTS = {MODEL_KEY: component_spec.ChannelParameter(
       type=standard_artifacts.Model)}
 
 
 class LatestPushedModel(base_component.BaseComponent):
-  """The model last pushed to `push_destination` (its filesystem layout)."""
+  """The model last pushed to `push_destination` (its filesystem layout).
+
+  With `examples` (read by nothing: they key the cache), it is the model
+  served when those examples were first trained on, the warm start of the
+  Trainer: cached per examples, a re-run on the same data (other settings,
+  a resume) starts from the same model, never from its own earlier push,
+  and the next day's data finds the model served by then
+  (trainer_module/warm_start.py). Without, it must run uncached
+  (UNCACHED_NODES): the Evaluator's baseline is what is served now.
+  """
   SPEC_CLASS = LatestPushedModelSpec
   EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(Executor)
 
-  def __init__(self, push_destination: pusher_pb2.PushDestination):
+  def __init__(self, push_destination: pusher_pb2.PushDestination,
+               examples: Optional[types.BaseChannel] = None):
     if not push_destination.HasField("filesystem"):
       raise ValueError("LatestPushedModel reads a filesystem push "
                        "destination; got " + str(push_destination))
     super().__init__(LatestPushedModelSpec(
-        push_destination=push_destination,
+        push_destination=push_destination, examples=examples,
         model=types.Channel(type=standard_artifacts.Model)))
 
 

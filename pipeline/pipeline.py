@@ -47,6 +47,9 @@ RUN_FN = "trainer_module.trainer.run_fn"
 TUNER_FN = "trainer_module.tuner.tuner_fn"
 
 BASELINE_ID = "latest_pushed_model"
+# The Trainer's warm start: the model served when this data was first
+# trained on (cached per examples: components/baseline.py).
+WARM_START_ID = "warm_start_model"
 EXAMPLE_GEN_ID = "RawCtrExampleGen"
 # Nodes that read state outside ML Metadata (the serving directory): a cached
 # result would be stale, so no runner may reuse one. TFX caches per pipeline;
@@ -349,12 +352,20 @@ def create_pipeline(config: PipelineConfig,
         artifact_type=tfx.types.standard_artifacts.HyperParameters
     ).with_id("HyperParametersImporter")
     hyperparameters = hparams_source.outputs["result"]
+  push_destination = tfx.proto.PushDestination(
+      filesystem=tfx.proto.PushDestination.Filesystem(
+          base_directory=config.serving_dir))
+  warm_start = LatestPushedModel(
+      push_destination=push_destination,
+      examples=example_gen.outputs["examples"]).with_id(WARM_START_ID) if (
+          config.trainer.warm_start) else None
   trainer = tfx.components.Trainer(
       run_fn=RUN_FN,
       examples=example_gen.outputs["examples"],
       transform_graph=transform.outputs["transform_graph"],
       schema=schema_gen.outputs["schema"],
       hyperparameters=hyperparameters,
+      base_model=warm_start.outputs["model"] if warm_start else None,
       custom_config=config.trainer_config)
   if config.runner.gpus:
     # KubeflowV2DagRunner turns this into the Trainer pod's resource limits
@@ -364,9 +375,6 @@ def create_pipeline(config: PipelineConfig,
       node.with_platform_config(_RESOURCE_SPEC(
           accelerator=_RESOURCE_SPEC.AcceleratorConfig(
               type=config.runner.gpu_type, count=config.runner.gpus)))
-  push_destination = tfx.proto.PushDestination(
-      filesystem=tfx.proto.PushDestination.Filesystem(
-          base_directory=config.serving_dir))
   # The baseline of the no-regression checks: the model being served (none
   # on the first run: absolute checks alone). A container step, so it runs
   # on open-source Kubeflow too (see components/baseline.py).
@@ -388,6 +396,8 @@ def create_pipeline(config: PipelineConfig,
                       evaluator, pusher]
   if hparams_source:
     components.insert(components.index(trainer), hparams_source)
+  if warm_start:
+    components.insert(components.index(trainer), warm_start)
   for component in components:
     if isinstance(component, base_component.BaseComponent):  # Not Importer.
       add_code_fingerprint(component, metric_modules(eval_config)

@@ -27,6 +27,9 @@ ID_FREQUENCY = "id_frequency"
 FREQUENCY_BUCKETS = ("rare", "medium", "frequent")
 # Written next to the exported model: how this model was trained.
 TRAINING_RECORD = "training.json"
+# In a copy of a served model (components/baseline.py): the pushed version
+# it was copied from, one line (the warm start's record names it).
+SERVED_FROM = "served_from.txt"
 # Tuned values that size the model (trainer_module.tuner searches them when
 # asked): a DNN of dnn_layers x dnn_units. Other tuned keys are base
 # hyperparameters.

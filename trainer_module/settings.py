@@ -268,6 +268,10 @@ class TrainerSettings:
     serve: one of SERVE_MODES: "best" serves the logistic-regression
       baseline instead when its validation AUC beats the model's (at small
       data sizes a linear model often ranks better), "model" the model.
+    warm_start: start from the model served when the pipeline first
+      trained on this data (its Trainer's base_model), embedding rows
+      carried over by id (warm_start.py); a served model of another
+      architecture is not used (the run says so).
     distill: train one more model on the replicas' ensemble (the student)
       and serve it alone (Anil et al. 2022, section 6).
     distill_label_weight: the student's target is this share of the label
@@ -333,6 +337,10 @@ class TrainerSettings:
       "of the model when its AUC on the validation slice is higher (the run "
       "says so); model: always serve the model (the gate may refuse it)",
       choices=SERVE_MODES)
+  warm_start: bool = options.option(
+      True, "start from the model DIR served when this data was first "
+      "trained on, embedding rows carried over by id (docs/daily.md); off: "
+      "train from scratch")
   distill: bool = options.option(
       False, "with replicas, distil their ensemble into one model of the "
       "same shape (trained on the ensemble's predictions beside the labels) "

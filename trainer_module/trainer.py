@@ -45,6 +45,7 @@ from trainer_module.model_building import build_and_compile
 from trainer_module.model_building import check_training_fits
 from trainer_module.model_building import model_options
 from trainer_module.model_building import steps_per_epoch
+from trainer_module import warm_start
 from trainer_module.serving import export_serving_model
 from trainer_module.settings import TrainerSettings
 
@@ -131,7 +132,8 @@ def train(settings: TrainerSettings, data: TrainingData,
           callbacks: Sequence[keras.callbacks.Callback] = (),
           verbose: Any = "auto",
           teachers: Sequence[models.CTRModel] = (),
-          backup_dir: Optional[str] = None
+          backup_dir: Optional[str] = None,
+          warm_from: Optional[str] = None, warm_replica: int = 0
          ) -> Tuple[models.CTRModel, Dict[str, Any]]:
   """The one training path: run_fn, the tuner's trials, the study and the
   benchmark all train through it, on the Transform output.
@@ -161,6 +163,11 @@ def train(settings: TrainerSettings, data: TrainingData,
     teachers: distil these models into the new one (training.distill_from,
       with settings.distill_label_weight); () for plain training.
     backup_dir: see fit (None: no backup).
+    warm_from: a served model's directory with a warm-start state: the
+      built model starts from its replica `warm_replica`'s weights, rows
+      carried over by id (warm_start.warm_start; a backup to resume from
+      still wins). A model it cannot start from trains from scratch and
+      the record says why.
 
   Returns:
     The trained model and its record: build_and_compile's (when it built
@@ -173,6 +180,9 @@ def train(settings: TrainerSettings, data: TrainingData,
     model, record = build_and_compile(
         settings, tuned or {}, tf_transform_output, data.train_examples,
         data.click_rate, vocab_scale=vocab_scale)
+  if warm_from is not None:
+    record["warm_start"] = _warm_start(model, warm_from, tf_transform_output,
+                                       warm_replica)
   if teachers:
     training.distill_from(model, teachers, settings.distill_label_weight)
   record.update(fit(model, data, settings.epochs if epochs is None else
@@ -295,13 +305,32 @@ def kept_baseline(settings: TrainerSettings, data: TrainingData,
   return model, record
 
 
+def _warm_start(model: models.CTRModel, served: str,
+                tf_transform_output: tft.TFTransformOutput,
+                replica: int) -> Dict[str, Any]:
+  """warm_start.warm_start from `served` into today's vocabularies; its
+  record, with where from, or why not."""
+  try:
+    carried = warm_start.warm_start(
+        model, served, warm_start.transform_tokens(tf_transform_output,
+                                                   model.fields), replica)
+  except ValueError as error:
+    logging.warning("training from scratch: %s", error)
+    return {"from": served, "skipped": str(error)}
+  logging.info("warm-started from %s: %d ids carried over, %d new, %d "
+               "dropped", carried["from"], carried["carried_ids"],
+               carried["new_ids"], carried["dropped_ids"])
+  return carried
+
+
 def train_replicas(settings: TrainerSettings, data: TrainingData,
                    train_files: List[str],
                    tf_transform_output: tft.TFTransformOutput,
                    tuned: Mapping[str, Any], log_dir: Optional[str],
                    seed: Optional[int] = None, verbose: Any = "auto",
                    callbacks: Sequence[keras.callbacks.Callback] = (),
-                   backup_root: Optional[str] = None
+                   backup_root: Optional[str] = None,
+                   warm_from: Optional[str] = None
                   ) -> Tuple[List[models.CTRModel], Dict[str, Any]]:
   """settings.replicas models trained through train(), identically but for
   the seed: replica i is seeded with seed + i (initialisation) and reads the
@@ -314,7 +343,8 @@ def train_replicas(settings: TrainerSettings, data: TrainingData,
   replica trains on `data` as given (its shuffle seeded by training_data).
   `log_dir`: TensorBoard logs (None: none); `callbacks`: more Keras
   callbacks, given to every replica's fit; `backup_root`: each fit's
-  backup in its own folder of it (fit; None: none). The record is replica
+  backup in its own folder of it (fit; None: none); `warm_from`: replica i
+  starts from the served model's replica i (train). The record is replica
   0's; with
   replicas, "replicas" lists each one's seed, epochs and best validation
   metrics (the report's per-replica AUC).
@@ -338,7 +368,8 @@ def train_replicas(settings: TrainerSettings, data: TrainingData,
     model, record = train(
         settings, replica_data, tf_transform_output, tuned, seed=replica_seed,
         callbacks=replica_callbacks, verbose=verbose,
-        backup_dir=_backup_dir(backup_root, contract.replica_output(index)))
+        backup_dir=_backup_dir(backup_root, contract.replica_output(index)),
+        warm_from=warm_from, warm_replica=index)
     replicas.append(model)
     records.append(record)
   record = records[0]
@@ -353,7 +384,7 @@ def train_replicas(settings: TrainerSettings, data: TrainingData,
         seed=None if seed is None else seed + count, verbose=verbose,
         callbacks=[callbacks_lib.ThroughputLogger(settings.batch_size),
                    *callbacks], teachers=replicas,
-        backup_dir=_backup_dir(backup_root, "student"))
+        backup_dir=_backup_dir(backup_root, "student"), warm_from=warm_from)
     record["distillation"] = {
         **{k: student_record[k] for k in ("epochs_run", "best_epoch",
                                           "best", "bias_shift")},
@@ -453,9 +484,15 @@ def run_fn(fn_args) -> None:
       data.train_examples, psutil.virtual_memory().available,
       settings.replicas + int(settings.distill)))
   backups = backup_root(fn_args, tuned)
+  # The served model TFX hands over (base_model: pipeline.WARM_START_ID),
+  # if it is one and a warm start is asked for.
+  served = getattr(fn_args, "base_model", None)
+  warm_from = served if (settings.warm_start and served and
+                         warm_start.has_state(served)) else None
   replicas, record = train_replicas(
       settings, data, fn_args.train_files, tf_transform_output, tuned,
-      fn_args.model_run_dir, seed=settings.seed, backup_root=backups)
+      fn_args.model_run_dir, seed=settings.seed, backup_root=backups,
+      warm_from=warm_from)
   kept = kept_baseline(settings, data, tf_transform_output, backups)
   if kept is None:
     baseline, baseline_record = train_baseline(settings, data,
@@ -492,6 +529,9 @@ def run_fn(fn_args) -> None:
     return
   export_serving_model(replicas, baseline, tf_transform_output, settings,
                        fn_args.serving_model_dir, serve_baseline)
+  # Tomorrow's warm start, pushed with the model.
+  warm_start.save_state(replicas, warm_start.transform_vocabularies(
+      tf_transform_output, replicas[0].fields), fn_args.serving_model_dir)
   for directory in (fn_args.model_run_dir, fn_args.serving_model_dir):
     with tf.io.gfile.GFile(os.path.join(directory, contract.TRAINING_RECORD),
                            "w") as f:

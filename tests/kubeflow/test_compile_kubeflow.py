@@ -34,7 +34,8 @@ ARGS = ["--dataset", "criteo", "--data", "gs://bucket/criteo/",
 # latest_pushed_model: the Evaluator's baseline, a container task too.
 CONTAINERS = {"RawCtrExampleGen", "StatisticsGen", "ImportSchemaGen",
               "StrictExampleValidator", "Transform", "Trainer",
-              pipeline_lib.BASELINE_ID, "Evaluator", "Pusher"}
+              pipeline_lib.BASELINE_ID, pipeline_lib.WARM_START_ID,
+              "Evaluator", "Pusher"}
 COMPONENTS = CONTAINERS
 BEAM_COMPONENTS = ("RawCtrExampleGen", "StatisticsGen", "Transform",
                    "Evaluator")

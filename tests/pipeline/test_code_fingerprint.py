@@ -57,7 +57,7 @@ def test_every_component_carries_a_fingerprint():
   assert {c.id for c in components} == {
       "RawCtrExampleGen", "StatisticsGen", "ImportSchemaGen",
       "StrictExampleValidator", "Transform", "CtrTuner", "Trainer",
-      "latest_pushed_model", "Evaluator", "Pusher"}
+      "latest_pushed_model", "warm_start_model", "Evaluator", "Pusher"}
   for component in components:
     assert fingerprint.CODE_FINGERPRINT in component.exec_properties
 
