@@ -91,16 +91,20 @@ def node_artifacts(metadata_path: str, pipeline_name: str, node_id: str,
   return {e.path.steps[0].key: uris[e.artifact_id] for e in events}
 
 
-def ingestion_counts(store: metadata_store.MetadataStore) -> Dict[str, int]:
+def ingestion_counts(store: metadata_store.MetadataStore,
+                     among: FrozenSet[int] = frozenset()) -> Dict[str, int]:
   """The row counts RawCtrExampleGen recorded on its latest Examples
   (rows_read, bad_rows, train_rows, eval_rows) and its span (TFX's span
   property: the day of daily data, 0 for data without {SPAN}), or {} when
-  none did."""
+  none did. The latest among the artifact ids `among` when there are
+  some (a run's outputs: a re-run of an earlier day reads that day's,
+  cached, not the newest)."""
   ingested = [a for a in store.get_artifacts_by_type("Examples")
               if "rows_read" in a.custom_properties]
   if not ingested:
     return {}
-  latest = max(ingested, key=lambda a: a.id)
+  latest = max([a for a in ingested if a.id in among] or ingested,
+               key=lambda a: a.id)
   counts = {key: latest.custom_properties[key].int_value
             for key in ("rows_read", "bad_rows", "train_rows", "eval_rows")}
   # TFX's driver records the span as a custom property.
@@ -392,7 +396,7 @@ def read_outcome_at(metadata_path: str) -> RunOutcome:
     artifact = latest_artifact(store, type_name)
     return artifact.uri if artifact else None
 
-  counts = ingestion_counts(store)
+  counts = ingestion_counts(store, latest_pipeline_run(store)[2])
   ingestion = (f"{counts['rows_read']:,} rows, "
                f"{counts['bad_rows']:,} bad rows dropped "
                f"({counts['train_rows']:,} train, "

@@ -95,3 +95,7 @@ def test_the_second_day_warm_starts_from_the_first_and_is_gated_on_its_data(
   assert trainer_states.count(metadata_store_pb2.Execution.COMPLETE) == 2
   assert trainer_states[-1] == metadata_store_pb2.Execution.CACHED
   assert pipeline_lib.WARM_START_ID not in pipeline_lib.UNCACHED_NODES
+
+  # Day 1 again (a backfill): its cached run, and the console says day 1.
+  assert _run(logs, output, "--span", "1") in (0, 2)
+  assert ", span 1" in capsys.readouterr().out
