@@ -20,6 +20,7 @@ import time
 from commands import cli
 from commands import generate
 from commands import report_reading
+from pipeline import runner
 
 COLUMNS = ("day", "start", "auc", "logloss", "calibration", "epochs_run",
            "best_epoch", "trainer_seconds", "validation_auc_by_epoch",
@@ -75,7 +76,7 @@ def main():
         continue
       began = time.perf_counter()
       code = cli.main(common + ["--span", str(day)] + extra)
-      if code not in (0, 2):
+      if code not in (0, runner.EXIT_NOT_PUSHED):
         raise SystemExit(f"day {day} ({start}) failed: exit {code}")
       row = _row(day, start, output, time.perf_counter() - began)
       new = not os.path.exists(args.results)

@@ -13,6 +13,7 @@ from commands import cli
 from commands import generate
 from pipeline import metadata
 from pipeline import pipeline as pipeline_lib
+from pipeline import runner
 from trainer_module import contract
 from trainer_module import warm_start
 
@@ -50,7 +51,7 @@ def test_the_second_day_warm_starts_from_the_first_and_is_gated_on_its_data(
   # Day 2 (the latest span): warm-started from day 1's pushed model.
   code = _run(logs, output)
   out = capsys.readouterr().out
-  assert code in (0, 2), out  # Pushed or refused: the gate decided.
+  assert code in (0, runner.EXIT_NOT_PUSHED), out  # Pushed or refused: the gate decided.
   store = metadata.open_store(str(output / "metadata.sqlite"))
   assert _examples_spans(store) == [1, 2]
   assert "ingested:   " in out and ", span 2" in out
@@ -86,7 +87,7 @@ def test_the_second_day_warm_starts_from_the_first_and_is_gated_on_its_data(
 
   # A re-run of day 2 trains nothing again: the warm start is keyed by
   # day 2's examples, not by what day 2 itself pushed.
-  assert _run(logs, output) in (0, 2)
+  assert _run(logs, output) in (0, runner.EXIT_NOT_PUSHED)
   capsys.readouterr()
   trainer_states = [
       e.last_known_state for e in store.get_executions()
@@ -97,5 +98,5 @@ def test_the_second_day_warm_starts_from_the_first_and_is_gated_on_its_data(
   assert pipeline_lib.WARM_START_ID not in pipeline_lib.UNCACHED_NODES
 
   # Day 1 again (a backfill): its cached run, and the console says day 1.
-  assert _run(logs, output, "--span", "1") in (0, 2)
+  assert _run(logs, output, "--span", "1") in (0, runner.EXIT_NOT_PUSHED)
   assert ", span 1" in capsys.readouterr().out
