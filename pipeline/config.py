@@ -7,7 +7,6 @@ turns it into TFX components. Defaults that depend on the dataset come from
 
 import dataclasses
 import functools
-import glob
 import gzip
 import os
 from typing import Any, Dict, Optional, Sequence
@@ -426,12 +425,10 @@ def estimate_rows(data: str, span: Optional[str] = None) -> Optional[int]:
   if "://" in data:
     return None
   if spans.has_span(data):
-    base, pattern = spans.split_span_path(data)
     try:
-      resolved = spans.resolve(base, pattern, spans.range_config(span))
+      paths = list(spans.span_files(data, span)[1])
     except ValueError:  # The input check says so.
       return None
-    paths = sorted(glob.glob(os.path.join(base, resolved.pattern)))
   elif os.path.isdir(data):
     paths = sorted(os.path.join(data, n) for n in os.listdir(data)
                    if not n.startswith("."))

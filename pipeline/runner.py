@@ -8,7 +8,6 @@ evaluation are.
 """
 
 import contextlib
-import glob
 import logging
 import os
 import tempfile
@@ -46,14 +45,10 @@ def check_input(config: PipelineConfig) -> None:
   config.ingestion.skip_foreign_files: then ExampleGen skips them and says so)."""
   path = config.data
   if spans.has_span(path):
-    base, pattern = spans.split_span_path(path)
     try:
-      resolved = spans.resolve(base, pattern,
-                               spans.range_config(config.ingestion.span))
+      path, files = spans.span_files(path, config.ingestion.span)
     except ValueError as error:
       raise InputError(str(error)) from None
-    files = sorted(glob.glob(os.path.join(base, resolved.pattern)))
-    path = os.path.join(base, resolved.pattern)
   elif config.ingestion.span is not None:
     raise InputError(f"--span {config.ingestion.span} picks a day of daily "
                      f"data, but --data {path!r} has no {spans.SPAN} in it "

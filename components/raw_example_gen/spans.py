@@ -106,3 +106,12 @@ def resolve(input_base: str, pattern: str,
            "no path matches it")) from None
   return ResolvedSpan(span, processor.get_pattern_for_span_version(
       pattern, span, version))
+
+
+def span_files(data: str, choice: Optional[str]) -> Tuple[str, Tuple[str, ...]]:
+  """(the chosen span's path pattern, its files, sorted) of a local `data`
+  path with {SPAN}, as ExampleGen will read them (resolve's errors)."""
+  base, pattern = split_span_path(data)
+  where = os.path.join(base, resolve(base, pattern,
+                                     range_config(choice)).pattern)
+  return where, tuple(sorted(fileio.glob(where)))
