@@ -94,6 +94,10 @@ STUDY_SETTINGS = "study_settings.json"
 # Trainer settings that vary between a study's runs (run_config; also
 # step.cowclip, which the study's own config leaves at its default).
 PER_RUN_SETTINGS = ("model", "batch_size", "scaling_rule")
+# Trainer settings a study's runs never use: each trains from scratch, with
+# no served model to warm-start from. Left out, so that studies recorded
+# before such a setting existed still resume.
+UNUSED_BY_STUDIES = ("warm_start",)
 
 
 def check_study_settings(config: PipelineConfig, results: str) -> None:
@@ -106,8 +110,9 @@ def check_study_settings(config: PipelineConfig, results: str) -> None:
   """
   study_wide = config.trainer.to_custom_config()
   study_wide["step"].pop("cowclip", None)
-  wanted = json.loads(json.dumps({k: v for k, v in study_wide.items()
-                                  if k not in PER_RUN_SETTINGS}))
+  wanted = json.loads(json.dumps({
+      k: v for k, v in study_wide.items()
+      if k not in PER_RUN_SETTINGS + UNUSED_BY_STUDIES}))
   path = os.path.join(results, STUDY_SETTINGS)
   if os.path.exists(path):
     with open(path) as f:

@@ -229,6 +229,13 @@ def test_a_study_dir_refuses_other_study_wide_settings(tmp_path):
   # Per-run settings (batch, rule, model) may differ between runs.
   study_provenance.check_study_settings(study.run_config(
       config, study.StudyRun("dcn", "sqrt", 4096, 1, False)), results)
+  # Settings no study run uses: a study recorded before they existed (as
+  # docs/study_paper_regime/ was before --no-warm-start) still resumes.
+  study_provenance.check_study_settings(dataclasses.replace(
+      config, trainer=dataclasses.replace(config.trainer, warm_start=False)),
+                                        results)
+  assert "warm_start" not in (tmp_path / "s" /
+                              study_provenance.STUDY_SETTINGS).read_text()
   smelu = dataclasses.replace(config, trainer=dataclasses.replace(
       config.trainer, model_options={"activation": "smelu"},
       negative_sampling_rate=0.5))
