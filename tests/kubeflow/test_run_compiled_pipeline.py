@@ -1,15 +1,18 @@
-"""The compiled Kubeflow spec, run twice through run-compiled on this machine.
+"""The compiled Kubeflow spec, run on two days of logs through run-compiled.
 
 The spec is compiled as for a cluster (`--for-local-run` changes only the
 paths: tests/kubeflow/test_compile_kubeflow.py checks that) and run the way
 the open-source KFP v2 backend runs it: each task's own container command in
-a subprocess. The first run pushes a model; the second, under the same root,
-trains a deliberately worse one, which the Evaluator compares with the first
-run's pushed model (LatestPushedModel) and refuses.
+a subprocess. Day 1's run (span 1) pushes a model. Day 2's run, under the
+same root as a daily recurring run (kubeflow/README.md), ingests span 2,
+warm-starts from day 1's pushed model with its embedding rows carried over
+by id, and trains it into a deliberately worse one, which the Evaluator
+compares with day 1's model (LatestPushedModel) on day 2's data and refuses.
 """
 
 import argparse
 import glob
+import json
 import os
 
 import numpy as np
@@ -23,30 +26,33 @@ from commands import kfp
 from kubeflow import run_compiled
 from pipeline import metadata as metadata_lib
 from pipeline import pipeline as pipeline_lib
+from trainer_module import contract
 from trainer_module import features
 
 pytestmark = pytest.mark.slow
 
-ROWS = 6000
+ROWS = 6000  # A day.
 # The gate's defaults: on ~600 eval rows its checks allow for their noise
 # (components.gate_metrics).
 COMMON = ["--dataset", "criteo", "--image", "local/cowclip:test",
           "--for-local-run", "--batch-size", "256", "--min-frequency", "3",
           "--embedding-dim", "4", "--hidden-units", "16"]
 GOOD = ["--epochs", "2", "--embed-lr", "1e-2"]
-# Hardly trained: 1 epoch at learning rates 1000x smaller, and served
-# whatever its AUC (not replaced by its better logistic regression).
-WORSE = ["--epochs", "1", "--embed-lr", "1e-5", "--dense-lr", "1e-6",
+# Warm-started from day 1's model, then wrecked: 1 epoch at learning rates
+# 100-1000x larger, and served whatever its AUC (not replaced by its
+# better logistic regression).
+WORSE = ["--epochs", "1", "--embed-lr", "10", "--dense-lr", "1",
          "--serve", "model"]
-UPSTREAM = ("ImportSchemaGen", "RawCtrExampleGen", "StatisticsGen",
-            "StrictExampleValidator", "Transform")
+# Day 2's new span: its data steps run again (kubeflow/compiler.py).
+DAY_STEPS = ("RawCtrExampleGen", "StatisticsGen", "StrictExampleValidator",
+             "Transform", pipeline_lib.WARM_START_ID)
 
 
 def compile_spec(path, data, root, extra):
   parser = argparse.ArgumentParser()
   kfp.add_compile_parser(parser.add_subparsers())
   args = parser.parse_args(["compile-kubeflow", "--output", str(path),
-                            "--data", str(data) + "/", "--pipeline-root",
+                            "--data", data, "--pipeline-root",
                             str(root), *COMMON, *extra])
   assert args.handler(args) == 0
   return str(path)
@@ -54,13 +60,15 @@ def compile_spec(path, data, root, extra):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-  """(first run, second run, push destination)."""
+  """(day 1's run, day 2's run, push destination, the versions and the
+  saved models' modification times after day 1)."""
   base = tmp_path_factory.mktemp("kfp")
-  data = base / "data"
-  data.mkdir()
-  generate.write_synthetic("criteo", ROWS, 3, str(data / "train.txt"))
+  logs = base / "logs"
+  # A 30% churn of the large fields: day 2 has new ids and drops old ones.
+  generate.write_days("criteo", ROWS, 2, 3, str(logs), churn=0.3)
+  data = str(logs) + "/day-{SPAN}/"
   root = base / "root"
-  good = compile_spec(base / "good.yaml", data, root, GOOD)
+  good = compile_spec(base / "good.yaml", data, root, GOOD + ["--span", "1"])
   worse = compile_spec(base / "worse.yaml", data, root, WORSE)
   first = run_compiled.run_spec(good, str(base / "runs"), run_id="first")
   assert metadata(first, "Evaluator", "blessing")["blessed"] == 1, (
@@ -81,8 +89,9 @@ def metadata(result, task, key):
 def test_first_run_evaluates_without_baseline_and_pushes(runs):
   first, _, serving, versions, _ = runs
   assert all(t.state == run_compiled.SUCCEEDED for t in first.tasks.values())
-  assert metadata(first, pipeline_lib.BASELINE_ID, "model")[
-      "pushed_model_found"] == 0
+  for resolver in (pipeline_lib.BASELINE_ID, pipeline_lib.WARM_START_ID):
+    assert metadata(first, resolver, "model")["pushed_model_found"] == 0
+  assert metadata(first, "RawCtrExampleGen", "examples")["span"] == 1
   blessing = metadata(first, "Evaluator", "blessing")
   assert blessing["blessed"] == 1
   assert "baseline_model" not in blessing
@@ -129,17 +138,31 @@ def test_pushed_model_scores_raw_examples(runs):
       _overall(evaluation, "auc"), abs=0.01)
 
 
-def test_second_run_gates_against_the_first_runs_pushed_model(runs):
+def test_second_day_warm_starts_from_the_first_days_pushed_model(runs):
+  _, second, serving, versions, _ = runs
+  warm = metadata(second, pipeline_lib.WARM_START_ID, "model")
+  assert warm["pushed_model_found"] == 1
+  assert warm["pushed_version"] == versions[0]
+  model = second.tasks["Trainer"].artifacts["model"]["uri"]
+  with open(os.path.join(model, "Format-Serving",
+                         contract.TRAINING_RECORD)) as f:
+    record = json.load(f)["warm_start"]
+  assert record["from"] == str(serving / versions[0])
+  assert record["carried_ids"] > 0 and record["new_ids"] > 0
+  assert record["dropped_ids"] > 0
+
+
+def test_second_day_is_gated_against_the_first_days_model_on_its_data(runs):
   _, second, _, versions, _ = runs
   baseline = metadata(second, pipeline_lib.BASELINE_ID, "model")
   assert baseline["pushed_model_found"] == 1
   assert baseline["pushed_version"] == versions[0]
-  # KFP-style caching: the data steps are reused, the baseline never is.
-  assert all(second.tasks[name].state == run_compiled.CACHED
-             for name in UPSTREAM)
-  assert second.tasks["Trainer"].state == run_compiled.SUCCEEDED
-  assert second.tasks[pipeline_lib.BASELINE_ID].state == (
-      run_compiled.SUCCEEDED)
+  assert metadata(second, "RawCtrExampleGen", "examples")["span"] == 2
+  # KFP-style caching: the schema is reused; day 2's data steps, the
+  # Trainer and the baseline run.
+  assert second.tasks["ImportSchemaGen"].state == run_compiled.CACHED
+  for name in DAY_STEPS + ("Trainer", pipeline_lib.BASELINE_ID):
+    assert second.tasks[name].state == run_compiled.SUCCEEDED, name
   blessing = metadata(second, "Evaluator", "blessing")
   assert blessing["blessed"] == 0
   assert blessing["baseline_model"] == (
