@@ -520,10 +520,10 @@ def main(args: argparse.Namespace) -> int:
   rare, frequent = trainer_settings.frequency_thresholds
   auto = trainer_settings.auto_hparam_keys
   step = trainer_settings.step
-  header = [f"Dataset {args.dataset} from `{args.data}`; models "
-            f"{args.models}; rules {args.rules}; batch sizes "
-            f"{args.batch_sizes}; seeds {args.seeds}; "
-            f"{trainer_settings.epochs} epoch(s); ablation {args.ablation}; "
+  # The study's settings; markdown_report adds the runs study.csv holds
+  # (this command's runs may be a few of them).
+  header = [f"Dataset {args.dataset} from `{args.data}`; "
+            f"{trainer_settings.epochs} epoch(s); "
             f"replicas {trainer_settings.replicas}"
             + (f" (served: {trainer_settings.push}; replica i of seed s is "
                "seeded s + i)" if trainer_settings.replicas > 1 else "") + ".",

@@ -219,11 +219,20 @@ def _replica_auc_mean(row: Mapping[str, object]) -> float:
 
 def markdown_report(rows: Sequence[Mapping[str, object]],
                     header: Sequence[str]) -> str:
-  """study.md: AUC, log loss, calibration, speed and bucket AUC tables;
-  with replicas, their PD (overall and by bucket) and mean AUC."""
+  """study.md: the runs it holds, then AUC, log loss, calibration, speed
+  and bucket AUC tables; with replicas, their PD (overall and by bucket)
+  and mean AUC. `header`: the study's settings."""
+  held = ("Runs in study.csv: models "
+          + ", ".join(dict.fromkeys(str(r["model"]) for r in rows))
+          + "; rules " + ", ".join(dict.fromkeys(
+              run_label(r["rule"], r["cowclip"]) for r in rows))
+          + "; batch sizes " + ", ".join(
+              str(b) for b in sorted({int(r["batch_size"]) for r in rows}))
+          + "; seeds " + ", ".join(
+              str(s) for s in sorted({int(r["seed"]) for r in rows})) + ".")
   rows = [{**r, "replica_auc_mean": _replica_auc_mean(r)} for r in rows]
   groups = _group(rows)
-  lines = ["# Batch-size scaling study", "", *header, ""]
+  lines = ["# Batch-size scaling study", "", *header, held, ""]
   for model in dict.fromkeys(m for m, _, _ in groups):
     replica_tables = (
         ("Prediction Difference between the replicas (PD, Anil et al. "

@@ -347,7 +347,11 @@ def test_report_tables_and_figures(tmp_path):
           _row("cowclip", 1024, 1, 0.76), _row("cowclip", 8192, 1, 0.76),
           _row("cowclip", 8192, 1, 0.74, cowclip=False)]
   text = study_results.markdown_report(rows, ["header line"])
-  assert "header line" in text
+  # The header, then every run study.csv holds (a resumed study's command
+  # may have asked for one of them).
+  assert ("header line\nRuns in study.csv: models deepfm; rules none, "
+          "cowclip, cowclip (no clipping); batch sizes 1024, 8192; seeds 1, "
+          "2.\n") in text
   assert "## deepfm: Eval AUC" in text and "## deepfm: Eval log loss" in text
   assert "| none | 0.7600 ± 0.0141 | 0.6200 (1/2 diverged) |" in text
   assert "| cowclip | 0.7600 | 0.7600 |" in text
