@@ -3,6 +3,12 @@ from scratch (measured only: its gate is set so that it never pushes)
 and warm-started from the model served (pushed when the gate passes, the
 next day's start). What docs/daily.md's table reports.
 
+After the runs, each day's eval rows are scored again by both of the
+day's models and split by whether an id is new that day (in the day's
+vocabulary, not in the day before's): their share and the AUC of each
+part (the new_id columns; computed for the rows that lack them, from the
+models and data in ML Metadata).
+
   PYTHONPATH=. .venv/bin/python docs/scripts/daily_warm_vs_cold.py ROOT \
       [--days 4] [--rows 300000] [--epochs 4] [--results FILE.csv]
 
@@ -14,17 +20,35 @@ it has. Day 1 trains once, from scratch.
 
 import argparse
 import csv
+import glob
 import os
 import time
+
+from trainer_module import keras_version
+
+keras_version.pin_keras3()  # Before TensorFlow Transform asks for tf_keras.
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+import numpy as np
+from ml_metadata.proto import metadata_store_pb2
+from sklearn.metrics import roc_auc_score
+import tensorflow as tf
+import tensorflow_transform as tft
 
 from commands import cli
 from commands import generate
 from commands import report_reading
+from pipeline import metadata
 from pipeline import runner
+from trainer_module import features
+from trainer_module import warm_start
+# pylint: enable=g-import-not-at-top,wrong-import-position
 
 COLUMNS = ("day", "start", "auc", "logloss", "calibration", "epochs_run",
            "best_epoch", "trainer_seconds", "validation_auc_by_epoch",
-           "carried_ids", "new_ids", "dropped_ids", "wall_seconds")
+           "carried_ids", "new_ids", "dropped_ids", "wall_seconds",
+           "new_id_eval_share", "auc_new_id_rows", "auc_other_rows")
+NEW_ID_COLUMNS = COLUMNS[-3:]
 
 
 def _row(day, start, output, wall):
@@ -46,6 +70,112 @@ def _row(day, start, output, wall):
           "dropped_ids": warm.get("dropped_ids", ""), "wall_seconds": wall}
 
 
+def _trainer_runs(store):
+  """{(day, start): (Examples URI, TransformGraph URI, Model URI)} of the
+  completed Trainer executions (start: 'warm' if its model was
+  warm-started, else 'scratch')."""
+  types = {t.id: t.name for t in store.get_execution_types()}
+  runs = {}
+  for execution in store.get_executions():
+    if (not types[execution.type_id].endswith("Trainer") or
+        execution.last_known_state !=
+        metadata_store_pb2.Execution.COMPLETE):
+      continue
+    events = store.get_events_by_execution_ids([execution.id])
+    by_key = {}
+    for event in events:
+      (artifact,) = store.get_artifacts_by_id([event.artifact_id])
+      by_key[event.path.steps[0].key] = artifact
+    record = report_reading.read_training_record(by_key["model"].uri) or {}
+    day = by_key["examples"].custom_properties["span"].int_value
+    runs[(day, "warm" if "warm_start" in record else "scratch")] = (
+        by_key["examples"].uri, by_key["transform_graph"].uri,
+        by_key["model"].uri)
+  return runs
+
+
+def _eval_rows(examples_uri, transform_uri, fields):
+  """(serialized eval examples, labels, {field: tokens of their ids}):
+  the ids as the day's Transform maps them, tokens from its vocabulary
+  (None for an id outside it)."""
+  files = sorted(glob.glob(os.path.join(examples_uri, "Split-eval", "*")))
+  serialized = [r.numpy() for r in tf.data.TFRecordDataset(
+      files, compression_type="GZIP")]
+  output = tft.TFTransformOutput(transform_uri)
+  raw = tf.io.parse_example(serialized, output.raw_feature_spec())
+  transformed = output.transform_raw_features(raw, drop_unused_features=True)
+  vocabularies = warm_start.transform_tokens(output, fields)
+  tokens = {}
+  for field in fields:
+    vocabulary = vocabularies[field]
+    tokens[field] = [vocabulary[i] if i < len(vocabulary) else None
+                     for i in transformed[field].numpy().ravel()]
+  label = features.get_spec("criteo").label
+  return (serialized, transformed[label].numpy().ravel(), tokens)
+
+
+def new_id_metrics(output):
+  """{(day, start): {NEW_ID_COLUMNS}} of every day after the first: the
+  share of the day's eval rows with an id new that day, and the run's
+  model's AUC on those rows and on the others."""
+  store = metadata.open_store(os.path.join(output, "metadata.sqlite"))
+  runs = _trainer_runs(store)
+  fields = features.get_spec("criteo").categorical_features
+  results = {}
+  for day in sorted({d for d, _ in runs if d > 1}):
+    yesterday = next(v for (d, _), v in runs.items() if d == day - 1)
+    known = {field: set(tokens) for field, tokens in warm_start.transform_tokens(
+        tft.TFTransformOutput(yesterday[1]), fields).items()}
+    examples_uri, transform_uri, _ = next(
+        v for (d, _), v in runs.items() if d == day)
+    serialized, labels, tokens = _eval_rows(examples_uri, transform_uri,
+                                            fields)
+    new = np.zeros(len(labels), bool)
+    for field in fields:
+      new |= np.array([t is not None and t not in known[field]
+                       for t in tokens[field]])
+    for (d, start), (_, _, model_uri) in runs.items():
+      if d != day:
+        continue
+      model = tf.saved_model.load(os.path.join(model_uri, "Format-Serving"))
+      scores = np.concatenate([
+          model.signatures["serving_default"](examples=tf.constant(
+              serialized[i:i + 4096]))["probability"].numpy().ravel()
+          for i in range(0, len(serialized), 4096)])
+      results[(day, start)] = {
+          "new_id_eval_share": new.mean(),
+          "auc_new_id_rows": roc_auc_score(labels[new], scores[new]),
+          "auc_other_rows": roc_auc_score(labels[~new], scores[~new])}
+  return results
+
+
+def _read_rows(results):
+  if not os.path.exists(results):
+    return []
+  with open(results, newline="") as f:
+    return list(csv.DictReader(f))
+
+
+def _write_rows(results, rows):
+  """All rows under today's COLUMNS (a file of fewer columns gains them)."""
+  with open(results, "w", newline="") as f:
+    writer = csv.DictWriter(f, fieldnames=COLUMNS, restval="")
+    writer.writeheader()
+    writer.writerows(rows)
+
+
+def add_new_id_metrics(output, results):
+  """Fills the new_id columns of the rows of `results` that lack them."""
+  rows = _read_rows(results)
+  missing = [r for r in rows if int(r["day"]) > 1 and
+             not r.get("new_id_eval_share")]
+  if missing:
+    metrics = new_id_metrics(output)
+    for row in missing:
+      row.update(metrics.get((int(row["day"]), row["start"]), {}))
+    _write_rows(results, rows)
+
+
 def main():
   parser = argparse.ArgumentParser()
   parser.add_argument("root")
@@ -57,10 +187,8 @@ def main():
   logs = os.path.join(args.root, "logs")
   output = os.path.join(args.root, "pipeline")
   generate.write_days("criteo", args.rows, args.days, 1, logs)
-  done = set()
-  if os.path.exists(args.results):
-    with open(args.results, newline="") as f:
-      done = {(int(r["day"]), r["start"]) for r in csv.DictReader(f)}
+  rows = _read_rows(args.results)
+  done = {(int(r["day"]), r["start"]) for r in rows}
   common = ["run", "--dataset", "criteo", "--data",
             logs + "/day-{SPAN}/", "--output", output, "--epochs",
             str(args.epochs), "--seed", "1"]
@@ -78,14 +206,10 @@ def main():
       code = cli.main(common + ["--span", str(day)] + extra)
       if code not in (0, runner.EXIT_NOT_PUSHED):
         raise SystemExit(f"day {day} ({start}) failed: exit {code}")
-      row = _row(day, start, output, time.perf_counter() - began)
-      new = not os.path.exists(args.results)
-      with open(args.results, "a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        if new:
-          writer.writeheader()
-        writer.writerow(row)
-      print(row, flush=True)
+      rows.append(_row(day, start, output, time.perf_counter() - began))
+      _write_rows(args.results, rows)
+      print(rows[-1], flush=True)
+  add_new_id_metrics(output, args.results)
 
 
 if __name__ == "__main__":
