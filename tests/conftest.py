@@ -12,6 +12,63 @@ keras_version.pin_keras3()
 
 CRITEO_EXAMPLE_ROWS = 3000
 
+# How `make test` spreads the files over its workers (pytest-xdist, `--dist
+# loadfile --no-loadscope-reorder`, with the scheduler below): a file's
+# tests run on one worker, so its module fixtures run once; files that
+# share a session fixture run on one worker too, so that it is built once
+# (it is built once per worker that uses it).
+SHARED_FIXTURE_GROUPS = {
+    "tests/commands/test_study.py": "criteo_study_dir",
+    "tests/commands/test_benchmark.py": "criteo_study_dir",
+    "tests/components/test_statistics_gen.py": "criteo_examples",
+    "tests/components/test_tf_example_reader.py": "criteo_examples",
+    "tests/components/test_transform.py": "criteo_examples",
+    "tests/trainer_module/test_determinism.py": "criteo_examples",
+}
+# The groups that take longest (minutes each on 2 cores, docs/tests.md),
+# started first, longest first; then the other files with slow tests;
+# the unit tests last, filling the workers' ends. xdist's own order (most
+# tests first) started the one-test daily run last, alone on one worker.
+LONGEST_FIRST = (
+    "criteo_study_dir", "criteo_examples",
+    "tests/kubeflow/test_run_compiled_pipeline.py",
+    "tests/pipeline/test_end_to_end.py", "tests/pipeline/test_daily.py",
+    "tests/commands/test_interrupts.py", "tests/commands/test_tune.py",
+    "tests/commands/test_data_benchmark.py")
+
+
+def _worker_group(nodeid: str) -> str:
+  path = nodeid.split("::")[0]
+  return SHARED_FIXTURE_GROUPS.get(path, path)
+
+
+def pytest_xdist_make_scheduler(config, log):
+  """`--dist loadfile`, a unit of work being a file or a group of files
+  (SHARED_FIXTURE_GROUPS). xdist's own groups (`--dist loadgroup`) rename
+  the tests, which pytest 9 no longer allows."""
+  if config.getvalue("dist") != "loadfile":
+    return None
+  # pylint: disable=g-import-not-at-top
+  from xdist.scheduler import LoadFileScheduling
+  # pylint: enable=g-import-not-at-top
+
+  class WorkerGroupScheduling(LoadFileScheduling):
+
+    def _split_scope(self, nodeid: str) -> str:
+      return _worker_group(nodeid)
+
+  return WorkerGroupScheduling(config, log)
+
+
+def pytest_collection_modifyitems(items):
+  """The groups' order: LONGEST_FIRST, then those with slow tests."""
+  with_slow = {_worker_group(item.nodeid) for item in items
+               if item.get_closest_marker("slow")}
+  rank = {group: index for index, group in enumerate(LONGEST_FIRST)}
+  items.sort(key=lambda item: (
+      rank.get(_worker_group(item.nodeid), len(rank)),
+      _worker_group(item.nodeid) not in with_slow))
+
 
 @pytest.fixture(autouse=True)
 def float32_on_every_machine(monkeypatch):
@@ -147,3 +204,4 @@ def run_command(*args) -> tuple:
       capture_output=True, text=True, check=False,
       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   return done.returncode, done.stdout, done.stderr
+
