@@ -84,8 +84,26 @@ def _served(inputs, seed, out_dir):
 @pytest.fixture(name="seed_3", scope="module")
 def _seed_3(inputs, tmp_path_factory):
   """The served outputs of run_fn with seed 3, run once for the tests
-  that compare with it."""
-  return _served(inputs, 3, str(tmp_path_factory.mktemp("seed_3") / "run"))
+  that compare with it; also, in "alive_at_export", whether each of the
+  datasets its training data held was still alive when it exported."""
+  datasets, alive_at_export = [], []
+  real_data, real_export = trainer.training_data, trainer.export_serving_model
+
+  def recording_data(*args, **kwargs):
+    data = real_data(*args, **kwargs)
+    assert data.in_memory is not None
+    datasets.extend([weakref.ref(data.train), weakref.ref(data.validation)])
+    return data
+
+  def export(*args):
+    alive_at_export.extend(ref() is not None for ref in datasets)
+    return real_export(*args)
+
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(trainer, "training_data", recording_data)
+    patch.setattr(trainer, "export_serving_model", export)
+    served = _served(inputs, 3, str(tmp_path_factory.mktemp("seed_3") / "run"))
+  return {**served, "alive_at_export": alive_at_export}
 
 
 def test_same_seed_same_predictions_other_seed_other(inputs, seed_3,
@@ -131,29 +149,12 @@ def test_a_killed_trainer_resumes_after_its_last_epoch_and_serves_the_same(
   assert not (tmp_path / "root" / trainer.BACKUP_DIR).exists()
 
 
-def test_run_fn_lets_the_training_cache_go_before_the_export(
-    inputs, tmp_path, monkeypatch):
+def test_run_fn_lets_the_training_cache_go_before_the_export(seed_3):
   """The datasets holding the parts in memory are gone when run_fn
   exports (and the Evaluator, which may run in the same process, starts):
   nothing but the garbage they leave is measured in
   docs/benchmark_data.md."""
-  datasets, alive_at_export = [], []
-  real_data, real_export = trainer.training_data, trainer.export_serving_model
-
-  def recording_data(*args, **kwargs):
-    data = real_data(*args, **kwargs)
-    assert data.in_memory is not None
-    datasets.extend([weakref.ref(data.train), weakref.ref(data.validation)])
-    return data
-
-  def export(*args):
-    alive_at_export.extend(ref() is not None for ref in datasets)
-    return real_export(*args)
-
-  monkeypatch.setattr(trainer, "training_data", recording_data)
-  monkeypatch.setattr(trainer, "export_serving_model", export)
-  _served(inputs, 3, str(tmp_path))
-  assert alive_at_export == [False, False]
+  assert seed_3["alive_at_export"] == [False, False]
 
 
 def test_seeded_tuner_trials_start_from_the_same_model(inputs):
