@@ -186,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="an id of frequency rank k gets a hidden weight of "
                    "scale (k+1)^BETA: > 0 puts more of the click signal on "
                    "rare ids (default 0)")
-  gen.set_defaults(handler=_generate)
+  gen.set_defaults(handler=_generate, uses_devices=False)
   rep = commands.add_parser(
       "report", help="write DIR/report/index.html and print the summary")
   rep.add_argument("dir", help="the --output DIR of a pipeline run")
@@ -194,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also put the run beside OTHER_DIR's "
                    "(DIR/report/compare.html)")
   flags.add_settings(rep, only=("min_slice_size",))
-  rep.set_defaults(handler=_report)
+  rep.set_defaults(handler=_report, uses_devices=False)
   kfp.add_compile_parser(commands)
   kfp.add_run_compiled_parser(commands)
   bench = commands.add_parser(
@@ -219,7 +219,13 @@ def main(argv: Optional[List[str]] = None) -> int:
   except SystemExit:  # --help or a usage error: argparse has said it.
     import_output.release(sys.stderr.buffer)
     raise
-  if args.verbose or args.handler not in (_run, _tune, study.main):
+  # TensorFlow's import-time lines (CUDA, oneDNN, CPU features:
+  # commands.import_output): run, tune and study put them in their run's
+  # log; commands that compute on no device drop them (uses_devices False:
+  # the lines say nothing about them); the others, e.g. the benchmark,
+  # which times devices, show them. --verbose shows them all.
+  if args.verbose or (args.handler not in (_run, _tune, study.main) and
+                      getattr(args, "uses_devices", True)):
     import_output.release(sys.stderr.buffer)
   output = getattr(args, "output", None)
   try:

@@ -60,6 +60,12 @@ class GenerationSummary:
   def click_rate(self) -> float:
     return self.clicks / self.rows
 
+  def __str__(self) -> str:
+    """The CLI's line."""
+    return (f"wrote {self.rows:,} {self.dataset} rows (seed {self.seed}, "
+            f"{self.clicks:,} clicks: {self.click_rate:.1%}) to {self.path}, "
+            f"{self.bytes_written / 2**20:,.1f} MiB")
+
 
 # ------------------------------------------------------------- formatting --
 

@@ -113,7 +113,7 @@ def add_compile_parser(subparsers: Any) -> argparse.ArgumentParser:
   beam.add_argument("--environment-config", default=None,
                     help="flink/spark: EXTERNAL: host:port of the worker "
                     "pool; DOCKER: an image other than --image")
-  parser.set_defaults(handler=_compile)
+  parser.set_defaults(handler=_compile, uses_devices=False)
   return parser
 
 
@@ -147,5 +147,5 @@ def add_run_compiled_parser(subparsers: Any) -> argparse.ArgumentParser:
                       help="run every task (default: reuse the outputs of "
                       "an earlier run under DIR for tasks whose spec enables "
                       "caching and whose inputs are the same, as KFP does)")
-  parser.set_defaults(handler=_run_compiled)
+  parser.set_defaults(handler=_run_compiled, uses_devices=False)
   return parser

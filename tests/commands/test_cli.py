@@ -55,6 +55,17 @@ def test_a_missing_data_path_is_one_line_on_the_console(tmp_path):
   assert not (tmp_path / "out").exists()
 
 
+def test_generate_prints_its_summary_alone(tmp_path):
+  """A command that computes on no device drops TensorFlow's import-time
+  lines (CUDA, oneDNN, CPU features) and tf.Transform's Keras warning
+  (--verbose shows them, as every command's)."""
+  out_file = tmp_path / "g.txt"
+  code, out, err = run_command("generate", "--format", "criteo", "--rows",
+                               "20", "--seed", "0", "--out", out_file)
+  assert code == 0 and err == "", err
+  assert str(out_file) in out
+
+
 def test_an_extracted_dac_tar_gz_names_test_txt_and_the_file_to_use(
     tmp_path):
   """dac.tar.gz holds train.txt, test.txt (no label column), readme.txt."""

@@ -131,6 +131,10 @@ def test_chunking_keeps_rows_valid(tmp_path):
   _, rows = _read(path, features.AVAZU)
   assert len(rows) == summary.rows == 1_000
   assert summary.clicks == _labels(rows, features.AVAZU).sum()
+  assert str(summary) == (
+      f"wrote 1,000 avazu rows (seed 5, {summary.clicks} clicks: "
+      f"{summary.clicks / 1000:.1%}) to {path}, "
+      f"{summary.bytes_written / 2**20:.1f} MiB")
   ids = _column(rows, features.AVAZU, "id")
   assert len(set(ids)) == 1_000
   hours = [int(v) for v in _column(rows, features.AVAZU, "hour")]
