@@ -254,10 +254,10 @@ def read_run(output_dir: str,
     return RunSummary(output_dir, problems=(
         f"no ML Metadata store at {metadata_path}: no pipeline ran here",))
   store = metadata.open_store(metadata_path)
-  found = {name: metadata.latest_artifact(store, name) for name in (
+  pipeline_run, components, outputs = metadata.latest_pipeline_run(store)
+  found = {name: metadata.latest_artifact(store, name, outputs) for name in (
       "Model", "ModelEvaluation", "ModelBlessing", "PushedModel",
       "HyperParameters", "TunerResults")}
-  pipeline_run, components, outputs = metadata.latest_pipeline_run(store)
   summary = {"pipeline_run": pipeline_run, "components": components,
              "earlier": tuple(name for name, artifact in found.items()
                               if artifact and pipeline_run

@@ -42,18 +42,24 @@ def open_store(metadata_path: str) -> metadata_store.MetadataStore:
           metadata_path))
 
 
-def latest_artifact(store: metadata_store.MetadataStore,
-                    type_name: str) -> Optional[metadata_store_pb2.Artifact]:
-  """The newest live artifact of `type_name` in `store`, or None.
+def latest_artifact(store: metadata_store.MetadataStore, type_name: str,
+                    among: FrozenSet[int] = frozenset()
+                   ) -> Optional[metadata_store_pb2.Artifact]:
+  """The newest live artifact of `type_name` in `store` of those whose ids
+  are `among` (a run's outputs: latest_pipeline_run), else the newest of
+  all; None if there is none.
 
-  The Evaluator's baseline (a copy of the served model) is not a Model
-  this pipeline trained: it is left out.
+  `among` matters when a run reuses older artifacts from the cache: a
+  backfill of an earlier span is reported with its own model, not the
+  newer span's. The Evaluator's baseline (a copy of the served model) is
+  not a Model this pipeline trained: it is left out.
   """
   artifacts = store.get_artifacts_by_type(type_name)
   live = [a for a in artifacts
           if a.state == metadata_store_pb2.Artifact.LIVE
           and not baseline.is_baseline_copy(a)]
-  return max(live, key=lambda a: a.id) if live else None
+  pool = [a for a in live if a.id in among] or live
+  return max(pool, key=lambda a: a.id) if pool else None
 
 
 def latest_execution(store: metadata_store.MetadataStore, pipeline_name: str,
@@ -391,19 +397,20 @@ def read_outcome_at(metadata_path: str) -> RunOutcome:
   from its output directory alone.
   """
   store = open_store(metadata_path)
+  outputs = latest_pipeline_run(store)[2]
 
   def uri(type_name):
-    artifact = latest_artifact(store, type_name)
+    artifact = latest_artifact(store, type_name, outputs)
     return artifact.uri if artifact else None
 
-  counts = ingestion_counts(store, latest_pipeline_run(store)[2])
+  counts = ingestion_counts(store, outputs)
   ingestion = (f"{counts['rows_read']:,} rows, "
                f"{counts['bad_rows']:,} bad rows dropped "
                f"({counts['train_rows']:,} train, "
                f"{counts['eval_rows']:,} eval)"
                + (f", span {counts['span']}" if counts["span"] else "")
                ) if counts else None
-  pushed = latest_artifact(store, "PushedModel")
+  pushed = latest_artifact(store, "PushedModel", outputs)
   evaluation = uri("ModelEvaluation")
   is_pushed = bool(pushed and pushed.custom_properties["pushed"].int_value)
   return RunOutcome(

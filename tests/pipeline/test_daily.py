@@ -11,6 +11,7 @@ from tfx.components.evaluator import constants as evaluator_constants
 
 from commands import cli
 from commands import generate
+from commands import report_reading
 from pipeline import metadata
 from pipeline import pipeline as pipeline_lib
 from pipeline import runner
@@ -97,6 +98,10 @@ def test_the_second_day_warm_starts_from_the_first_and_is_gated_on_its_data(
   assert trainer_states[-1] == metadata_store_pb2.Execution.CACHED
   assert pipeline_lib.WARM_START_ID not in pipeline_lib.UNCACHED_NODES
 
-  # Day 1 again (a backfill): its cached run, and the console says day 1.
+  # Day 1 again (a backfill): its cached run, and the console and the
+  # report say day 1 and its model, not the newer day 2's.
   assert _run(logs, output, "--span", "1") in (0, runner.EXIT_NOT_PUSHED)
   assert ", span 1" in capsys.readouterr().out
+  backfill = report_reading.read_run(str(output))
+  assert backfill.outcome.model not in (None, model.uri)
+  assert "warm_start" not in backfill.training
