@@ -163,6 +163,10 @@ def warm_start(model: models.CTRModel, directory: str,
                          "rb") as f:
     with np.load(io.BytesIO(f.read())) as saved:
       old = [saved[f"arr_{i}"] for i in range(len(saved.files))]
+  if len(old) != len(model.weights):
+    raise ValueError(f"the served model in {directory} has {len(old)} "
+                     f"weights, this one {len(model.weights)}: another "
+                     "architecture (--no-warm-start trains from scratch)")
   tables = {}
   for field, deep, wide in model.embedding_tables():
     for table in (deep, wide):
@@ -172,10 +176,6 @@ def warm_start(model: models.CTRModel, directory: str,
       root, f"vocabulary-{field}")) for field in model.fields}
   carried = {}
   weights = []
-  if len(old) != len(model.weights):
-    raise ValueError(f"the served model in {directory} has {len(old)} "
-                     f"weights, this one {len(model.weights)}: another "
-                     "architecture (--no-warm-start trains from scratch)")
   for variable, old_value, path in zip(model.weights, old, state["weights"]):
     value = np.asarray(variable)
     field = tables.get(id(variable))
