@@ -351,6 +351,9 @@ def _pushed_versions(output):
 def test_rerun_reuses_cache_and_the_gate_blocks_a_model_below_the_floor(
     finished_run, capsys):
   dataset, data, output, _, _ = finished_run
+  if dataset != "criteo":
+    pytest.skip("the cache and the gate's floor work alike on every "
+                "dataset: checked once, on the Criteo run")
   before = _pushed_versions(output)
   first = output / "serving" / before[0] / "saved_model.pb"
   stamp = first.stat().st_mtime_ns
