@@ -8,7 +8,6 @@ the epochs run. ``read_trials`` reads it back.
 """
 
 import csv
-import hashlib
 import json
 import os
 from typing import Any, Dict, List
@@ -90,14 +89,12 @@ def search_directory(input_dict, output_dict, exec_properties) -> str:
   inputs and settings finds, and no other: an interrupted search, run
   again, reloads its finished trials from it (KerasTuner without
   overwrite) instead of starting over (issue #45)."""
-  key = hashlib.sha256(json.dumps(
+  return contract.resume_directory(
+      artifact_utils.get_single_uri(
+          output_dict[standard_component_specs.BEST_HYPERPARAMETERS_KEY]),
+      SEARCH_DIR,
       [{k: [a.uri for a in v] for k, v in input_dict.items()},
-       exec_properties], sort_keys=True, default=str).encode()).hexdigest()
-  # An output's URI: <root>/Tuner/<output>/<execution id>.
-  component_dir = os.path.dirname(os.path.dirname(artifact_utils.
-      get_single_uri(output_dict[
-          standard_component_specs.BEST_HYPERPARAMETERS_KEY])))
-  return os.path.join(component_dir, SEARCH_DIR, key[:16])
+       exec_properties])
 
 
 class TrialTableExecutor(tuner_executor.Executor):

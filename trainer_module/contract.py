@@ -7,11 +7,16 @@ pipeline/, components/ and commands/ read them from here, so defining the
 DAG or reading a report does not import Keras or KerasTuner for a string.
 Also the Prediction Difference (Anil et al. 2022, section 5), which the
 Evaluator reports (components.prediction_difference) and the Trainer
-records for a distilled model.
+records for a distilled model. And where a component's interrupted
+execution leaves its work for the next one on the same inputs
+(resume_directory).
 """
 
+import hashlib
 import itertools
-from typing import Optional, Sequence
+import json
+import os
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -77,3 +82,17 @@ def prediction_difference(predictions: Sequence[np.ndarray],
   return float(np.mean([
       np.average(relative_differences(a, b), weights=weights)
       for a, b in itertools.combinations(predictions, 2)]))
+
+
+def resume_directory(output_uri: str, folder: str,
+                     key_parts: Sequence[Any]) -> str:
+  """A directory that every execution of a component on the same inputs
+  and settings (`key_parts`, hashed as JSON) finds, and no other: an
+  interrupted execution's work, resumed by the next (the Trainer's
+  backups, the Tuner's finished trials). <root>/<component>/`folder`/<key>,
+  beside the component's outputs; `output_uri` is one of them,
+  <root>/<component>/<output>/<execution id>."""
+  key = hashlib.sha256(json.dumps(list(key_parts), sort_keys=True,
+                                  default=str).encode()).hexdigest()[:16]
+  return os.path.join(os.path.dirname(os.path.dirname(output_uri)), folder,
+                      key)

@@ -13,7 +13,6 @@ probability.
 """
 
 import dataclasses
-import hashlib
 import itertools
 import json
 import os
@@ -554,10 +553,7 @@ def backup_root(fn_args, tuned: Mapping[str, Any]) -> str:
 
   The key hashes what the fits depend on: the settings, the tuned values,
   the train files and the Transform output (new data: new artifacts)."""
-  key = hashlib.sha256(json.dumps(
+  return contract.resume_directory(
+      fn_args.model_run_dir, BACKUP_DIR,
       [fn_args.custom_config, dict(tuned), sorted(fn_args.train_files),
-       fn_args.transform_output], sort_keys=True,
-      default=str).encode()).hexdigest()[:16]
-  # model_run_dir: <root>/Trainer/model_run/<execution id>.
-  component_dir = os.path.dirname(os.path.dirname(fn_args.model_run_dir))
-  return os.path.join(component_dir, BACKUP_DIR, key)
+       fn_args.transform_output])

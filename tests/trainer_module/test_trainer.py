@@ -10,6 +10,7 @@ import tensorflow as tf
 
 import raw_records
 from components.raw_example_gen import example_encoding
+from trainer_module import contract
 from trainer_module import input_pipeline
 from trainer_module import models
 from trainer_module import model_building
@@ -21,6 +22,19 @@ from trainer_module.settings import TrainerSettings
 
 # What the input pipeline reads of a Transform output.
 _TRANSFORM = raw_records.TransformOutput()
+
+
+def test_resume_directory_is_the_same_for_the_same_inputs_only():
+  """The Trainer's backups and the Tuner's trials: found again by the next
+  execution on the same inputs (issue #45), beside the outputs."""
+  here = contract.resume_directory("/root/Trainer/model_run/7", "backup",
+                                   [{"b": 1, "a": [2]}, "files"])
+  assert here == contract.resume_directory("/root/Trainer/model/9", "backup",
+                                           [{"a": [2], "b": 1}, "files"])
+  assert here.startswith("/root/Trainer/backup/") and len(
+      here.rsplit("/", 1)[1]) == 16
+  assert here != contract.resume_directory("/root/Trainer/model/9", "backup",
+                                           [{"a": [2], "b": 1}, "other"])
 
 
 def test_frequency_buckets_boundaries_belong_to_the_higher_bucket():
