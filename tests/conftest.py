@@ -42,6 +42,7 @@ def _worker_group(nodeid: str) -> str:
   return SHARED_FIXTURE_GROUPS.get(path, path)
 
 
+@pytest.hookimpl(optionalhook=True)  # An xdist hook: pytest -p no:xdist too.
 def pytest_xdist_make_scheduler(config, log):
   """`--dist loadfile`, a unit of work being a file or a group of files
   (SHARED_FIXTURE_GROUPS). xdist's own groups (`--dist loadgroup`) rename
@@ -204,4 +205,3 @@ def run_command(*args) -> tuple:
       capture_output=True, text=True, check=False,
       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   return done.returncode, done.stdout, done.stderr
-
