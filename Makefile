@@ -41,10 +41,9 @@ run: venv $(RUN_DATA)
 
 # Test files run in parallel, one worker per core up to 4 (each file on one
 # worker, so its module fixtures run once; files sharing a session fixture
-# on one worker; the longest first: tests/conftest.py; a worker holds up to
-# ~3 GB).
+# on one worker: tests/conftest.py; a worker holds up to ~3 GB).
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 4 ? n : 4 )))
-PYTEST := $(PY) -m pytest -ra -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+PYTEST := $(PY) -m pytest -ra -n $(TEST_WORKERS) --dist loadfile
 
 test: venv
 	$(PYTEST) --durations=25

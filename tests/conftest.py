@@ -13,10 +13,13 @@ keras_version.pin_keras3()
 CRITEO_EXAMPLE_ROWS = 3000
 
 # How `make test` spreads the files over its workers (pytest-xdist, `--dist
-# loadfile --no-loadscope-reorder`, with the scheduler below): a file's
-# tests run on one worker, so its module fixtures run once; files that
-# share a session fixture run on one worker too, so that it is built once
-# (it is built once per worker that uses it).
+# loadfile`, with the scheduler below): a file's tests run on one worker,
+# so its module fixtures run once; files that share a session fixture run
+# on one worker too, so that it is built once (it is built once per worker
+# that uses it). xdist orders the units by their number of tests, so the
+# few-test pipeline files run beside the many-test unit files: started
+# longest first instead, the pipeline tests ran beside each other and the
+# suite took 17% longer (docs/tests.md, fifth round).
 SHARED_FIXTURE_GROUPS = {
     "tests/commands/test_study.py": "criteo_study_dir",
     "tests/commands/test_benchmark.py": "criteo_study_dir",
@@ -25,21 +28,6 @@ SHARED_FIXTURE_GROUPS = {
     "tests/components/test_transform.py": "criteo_examples",
     "tests/trainer_module/test_determinism.py": "criteo_examples",
 }
-# The groups that take longest (minutes each on 2 cores, docs/tests.md),
-# started first, longest first; then the other files with slow tests;
-# the unit tests last, filling the workers' ends. xdist's own order (most
-# tests first) started the one-test daily run last, alone on one worker.
-LONGEST_FIRST = (
-    "criteo_study_dir", "criteo_examples",
-    "tests/kubeflow/test_run_compiled_pipeline.py",
-    "tests/pipeline/test_end_to_end.py", "tests/pipeline/test_daily.py",
-    "tests/commands/test_interrupts.py", "tests/commands/test_tune.py",
-    "tests/commands/test_data_benchmark.py")
-
-
-def _worker_group(nodeid: str) -> str:
-  path = nodeid.split("::")[0]
-  return SHARED_FIXTURE_GROUPS.get(path, path)
 
 
 @pytest.hookimpl(optionalhook=True)  # An xdist hook: pytest -p no:xdist too.
@@ -56,19 +44,10 @@ def pytest_xdist_make_scheduler(config, log):
   class WorkerGroupScheduling(LoadFileScheduling):
 
     def _split_scope(self, nodeid: str) -> str:
-      return _worker_group(nodeid)
+      path = nodeid.split("::")[0]
+      return SHARED_FIXTURE_GROUPS.get(path, path)
 
   return WorkerGroupScheduling(config, log)
-
-
-def pytest_collection_modifyitems(items):
-  """The groups' order: LONGEST_FIRST, then those with slow tests."""
-  with_slow = {_worker_group(item.nodeid) for item in items
-               if item.get_closest_marker("slow")}
-  rank = {group: index for index, group in enumerate(LONGEST_FIRST)}
-  items.sort(key=lambda item: (
-      rank.get(_worker_group(item.nodeid), len(rank)),
-      _worker_group(item.nodeid) not in with_slow))
 
 
 @pytest.fixture(autouse=True)
