@@ -18,6 +18,12 @@
 # Every run computes in float32 (--precision): rows from machines with and
 # without bfloat16 hardware then compare.
 set -euo pipefail
+# Ctrl-C in a terminal stops the queue, not just the run in progress (each
+# `study` exits 130 on its own, and bash went on to the next run). Started
+# in the background (`setsid nohup ... &`), the script inherits SIGINT
+# ignored and cannot trap it: stop it with `kill -TERM -- -PGID`.
+trap 'exit 130' INT
+trap 'exit 143' TERM
 ROOT=${1:?usage: docs/study_paper_regime.sh ROOT}
 PY=${PY:-.venv/bin/python}
 RESULTS=${RESULTS:-docs/study_paper_regime}
