@@ -282,7 +282,8 @@ def read_run(output_dir: str,
       return None
 
   summary["outcome"] = attempt("the outcome from ML Metadata",
-                               metadata.read_outcome_at, metadata_path)
+                               metadata.read_outcome, store, outputs,
+                               metadata_path)
   if found["ModelEvaluation"]:
     summary["evaluation"] = attempt(
         f"the evaluation {found['ModelEvaluation'].uri}", read_evaluation,

@@ -397,7 +397,13 @@ def read_outcome_at(metadata_path: str) -> RunOutcome:
   from its output directory alone.
   """
   store = open_store(metadata_path)
-  outputs = latest_pipeline_run(store)[2]
+  return read_outcome(store, latest_pipeline_run(store)[2], metadata_path)
+
+
+def read_outcome(store: metadata_store.MetadataStore, outputs: FrozenSet[int],
+                 metadata_path: str) -> RunOutcome:
+  """read_outcome_at on an open store, whose latest run output `outputs`
+  (latest_pipeline_run: a caller that has them reads them once)."""
 
   def uri(type_name):
     artifact = latest_artifact(store, type_name, outputs)
