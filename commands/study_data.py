@@ -2,7 +2,8 @@
 
 transform_once runs the real pipeline up to Transform (cached by TFX like
 any run) and finds its artifacts in ML Metadata (pipeline.metadata); every
-study run then trains on ExampleGen's files through that Transform graph.
+study run then trains on ExampleGen's files through that Transform graph
+(one day's, with daily data).
 """
 
 import dataclasses
@@ -11,10 +12,16 @@ from typing import List
 
 import tensorflow as tf
 
+from components import span_window
+from components.raw_example_gen import spans
 from pipeline import metadata
 from pipeline import runner
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_pipeline
+
+_ONE_DAY = ("the study and the benchmark train on one day of daily data: "
+            "give them --span N or --span latest")
+
 
 @dataclasses.dataclass(frozen=True)
 class TransformedInputs:
@@ -38,15 +45,24 @@ def split_files(examples_uri: str, split: str) -> List[str]:
 
 
 def transform_artifacts(config: PipelineConfig) -> TransformedInputs:
-  """The inputs and outputs of the latest finished Transform execution."""
+  """The inputs and outputs of the latest finished Transform execution.
+
+  With daily data, Transform read a window of spans: a study trains on
+  one Examples artifact, so the window must be one day.
+  """
   uris = metadata.node_artifacts(config.metadata_path, config.pipeline_name,
                                  "Transform", inputs=True)
-  return TransformedInputs(raw_examples=uris["examples"],
+  days = span_window.day_uris(uris["examples"])
+  if len(days) != 1:
+    raise ValueError(_ONE_DAY)
+  return TransformedInputs(raw_examples=days[0],
                            transform_graph=uris["transform_graph"])
 
 
 def transform_once(config: PipelineConfig) -> TransformedInputs:
   """Runs the pipeline up to Transform (cached on re-runs) and finds it."""
+  if spans.window_days(config.ingestion.span) > 1:
+    raise ValueError(f"--span {config.ingestion.span}: {_ONE_DAY}")
   runner.check_input(config)
   os.makedirs(config.output, exist_ok=True)
   with runner.run_temp_dir():

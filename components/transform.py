@@ -7,7 +7,8 @@ datasets come through components.tf_example_reader, which reads with
 tf.data and decodes with tf.io.parse_example into the same Arrow layout.
 Everything else (the splits, the preprocessing_fn, tf.Transform's analysis,
 the graph and vocabulary files it writes) is TFX's and tf.Transform's own,
-and the outputs are the same (tests/components/test_transform.py).
+and the outputs are the same (tests/components/test_transform.py). Its
+examples may be a rolling window of days (components/span_window.py).
 """
 
 import contextlib
@@ -21,6 +22,7 @@ from tfx.dsl.components.base import executor_spec
 from tfx_bsl.tfxio import tf_example_record
 from tfx_bsl.tfxio import tfxio as tfxio_module
 
+from components import span_window
 from components.tf_example_reader import TensorFlowExampleRecord
 
 
@@ -55,13 +57,15 @@ def _processor(processor: type) -> Iterator[None]:
 
 
 class Executor(transform_executor.Executor):
-  """TFX's Transform executor with TensorFlowReadProcessor."""
+  """TFX's Transform executor with TensorFlowReadProcessor, reading each
+day of a window of spans."""
 
   def Do(self, input_dict: Dict[str, List[types.Artifact]],
          output_dict: Dict[str, List[types.Artifact]],
          exec_properties: Dict[str, Any]) -> None:
     with _processor(TensorFlowReadProcessor):
-      super().Do(input_dict, output_dict, exec_properties)
+      super().Do(span_window.expand_input(input_dict), output_dict,
+                 exec_properties)
 
 
 class Transform(transform_component.Transform):

@@ -4,7 +4,8 @@ The component runs the module's tuner_fn (trainer_module.tuner.tuner_fn);
 its executor also writes the table of every trial (TRIALS_JSON and
 TRIALS_CSV) into its ``tuner_results`` artifact: TFX's own
 tuner_results.json has completed trials only, without the validation loss or
-the epochs run. ``read_trials`` reads it back.
+the epochs run. ``read_trials`` reads it back. Its examples may be a
+rolling window of days (components/span_window.py).
 """
 
 import csv
@@ -20,6 +21,7 @@ from tfx.dsl.components.base import executor_spec
 from tfx.types import artifact_utils
 from tfx.types import standard_component_specs
 
+from components import span_window
 from trainer_module import contract
 
 # Files of the trial table inside the tuner_results artifact.
@@ -111,6 +113,7 @@ class TrialTableExecutor(tuner_executor.Executor):
       raise ValueError("TuneArgs (parallel trials) are not supported: run "
                        "trials in parallel with KerasTuner's distributed "
                        "mode instead")
+    input_dict = span_window.expand_input(input_dict)
     working_dir = search_directory(input_dict, output_dict, exec_properties)
     tuner = tuner_executor.search(input_dict, exec_properties, working_dir)
     rows = trial_rows(tuner.oracle)

@@ -98,7 +98,9 @@ class IngestionSettings:
       dataset's training data (a test file, a readme) instead of refusing
       them.
     span: with daily data (`{SPAN}` in --data), the span ExampleGen reads:
-      'latest' (None: the same) or a span number
+      'latest' (None: the same) or a span number; or 'rolling:K', the
+      latest span, with Transform and the Trainer reading it and the K-1
+      spans before it; or 'A-B', span B, read with spans A to B
       (components/raw_example_gen/spans.py).
   """
   min_frequency: Optional[int] = options.option(
@@ -120,7 +122,10 @@ class IngestionSettings:
       "instead of failing")
   span: Optional[str] = options.option(
       None, "with daily data (--data 'logs/day-{SPAN}/'), the day "
-      "ExampleGen ingests: latest (the default) or a span number")
+      "ExampleGen ingests: latest (the default) or a span number N; "
+      "rolling:K ingests the latest and trains on it and the K-1 days before "
+      "it, each ingested by its own day's run; A-B ingests day B and trains "
+      "on days A to B (a backfill with a window)")
 
   def __post_init__(self):
     options.check_choices(self)
@@ -355,9 +360,23 @@ class PipelineConfig:
 
   @functools.cached_property
   def estimated_rows(self) -> Optional[int]:
-    """estimate_rows(data), read once: Transform's threshold and
-    StatisticsGen's sampling both size themselves by it."""
+    """estimate_rows(data) of the span ingested, read once: StatisticsGen's
+    sampling sizes itself by it."""
     return estimate_rows(self.data, self.ingestion.span)
+
+  @functools.cached_property
+  def estimated_window_rows(self) -> Optional[int]:
+    """estimate_rows of what Transform reads: with `rolling:K`, the spans
+    of the window that are on disk; else the span ingested."""
+    if spans.window_days(self.ingestion.span) == 1:
+      return self.estimated_rows
+    return estimate_rows(self.data, self.ingestion.span, whole_window=True)
+
+  @property
+  def span_registry_dir(self) -> str:
+    """Where each daily run records its span's Examples, for the rolling
+    windows of later runs (components/span_window.py)."""
+    return os.path.join(self.output, "examples_by_span")
 
   @property
   def vocabulary_min_frequency(self) -> int:
@@ -366,7 +385,7 @@ class PipelineConfig:
     cannot be read from here, e.g. a gs:// path at compile time)."""
     if self.ingestion.min_frequency is not None:
       return self.ingestion.min_frequency
-    rows = self.estimated_rows
+    rows = self.estimated_window_rows
     if rows is None:
       return self.spec.min_frequency
     return self.spec.auto_min_frequency(round(rows * (1 - self.eval_fraction)))
@@ -414,9 +433,11 @@ def _lines_per_stored_byte(path: str) -> float:
   return (head.count(b"\n") or 1) / max(len(head), 1)
 
 
-def estimate_rows(data: str, span: Optional[str] = None) -> Optional[int]:
+def estimate_rows(data: str, span: Optional[str] = None,
+                  whole_window: bool = False) -> Optional[int]:
   """About how many rows the raw file(s) at `data` hold, or None; with
-  daily data ({SPAN}), those of the `span` ExampleGen reads.
+  daily data ({SPAN}), those of the `span` ExampleGen reads (whole_window:
+  and of the earlier spans of its window on disk, spans.window_files).
 
   Each file's bytes times the lines per byte of its first MiB: cheap on any
   size, and close enough to pick a vocabulary threshold. None for a remote
@@ -426,7 +447,8 @@ def estimate_rows(data: str, span: Optional[str] = None) -> Optional[int]:
     return None
   if spans.has_span(data):
     try:
-      paths = list(spans.span_files(data, span)[1])
+      paths = list(spans.window_files(data, span) if whole_window else
+                   spans.span_files(data, span)[1])
     except ValueError:  # The input check says so.
       return None
   elif os.path.isdir(data):

@@ -10,7 +10,8 @@ same few questions, so they ask them here:
   newest artifact of a type: a cached node returns artifacts older than
   those of another, later run in the same store;
 * `latest_pipeline_run`: the components of the latest pipeline run;
-* `ingestion_counts`, `execution_spans`: rows ingested, component timings;
+* `ingestion_counts`, `window_description`, `execution_spans`: rows
+  ingested, the days trained on, component timings;
 * `read_outcome_at`: what a finished run produced (RunOutcome).
 """
 
@@ -29,6 +30,7 @@ from tfx.orchestration.portable.mlmd import execution_lib
 from components import baseline
 from components import gate_metrics
 from components import gate_statistics
+from components import span_window
 
 # Execution states of a node that finished: ran, or reused a cached result.
 FINISHED = (metadata_store_pb2.Execution.COMPLETE,
@@ -118,6 +120,29 @@ def ingestion_counts(store: metadata_store.MetadataStore,
                     if "span" in latest.custom_properties else
                     latest.properties["span"].int_value)
   return counts
+
+
+def window_description(store: metadata_store.MetadataStore,
+                       among: FrozenSet[int]) -> Optional[str]:
+  """What a run's SpanWindow (among its output ids) gave Transform and the
+  Trainer, when more than its own day: "trained on spans 1,2 (a window of 2 days)",
+  with the spans missing from it; None otherwise."""
+  windows = [a for a in store.get_artifacts_by_type("Examples")
+             if a.id in among and
+             span_window.WINDOW_SPANS_PROPERTY in a.custom_properties]
+  if not windows:
+    return None
+  window = max(windows, key=lambda a: a.id).custom_properties
+  days = window[span_window.WINDOW_DAYS_PROPERTY]
+  # A compiled spec's executor may record it as a JSON number (a double).
+  days = days.int_value or int(days.double_value)
+  if days == 1:
+    return None
+  trained = window[span_window.WINDOW_SPANS_PROPERTY].string_value
+  missing = window[span_window.MISSING_SPANS_PROPERTY].string_value
+  return (f"trained on spans {trained} (a window of {days} days"
+          + (f"; spans {missing} missing: not ingested by a run of this "
+             "output directory" if missing else "") + ")")
 
 
 def execution_spans(store: metadata_store.MetadataStore
@@ -416,6 +441,9 @@ def read_outcome(store: metadata_store.MetadataStore, outputs: FrozenSet[int],
                f"{counts['eval_rows']:,} eval)"
                + (f", span {counts['span']}" if counts["span"] else "")
                ) if counts else None
+  window = window_description(store, outputs)
+  if ingestion and window:
+    ingestion += "; " + window
   pushed = latest_artifact(store, "PushedModel", outputs)
   evaluation = uri("ModelEvaluation")
   is_pushed = bool(pushed and pushed.custom_properties["pushed"].int_value)

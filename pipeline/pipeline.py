@@ -5,6 +5,8 @@ StrictExampleValidator -> Transform -> Trainer -> Evaluator (against the
 model being served) -> Pusher.
 With tuning, a Tuner (or an Importer of an earlier tuning result) sits
 between Transform and the Trainer and feeds it the best hyperparameters.
+With daily data ({SPAN}), a SpanWindow gives Transform, the Tuner and the
+Trainer the day ingested, or with `--span rolling:K` the last K days.
 Functions are referenced by dotted path (no module_file), so the same
 definition runs locally and in a container that has this package installed.
 """
@@ -27,8 +29,10 @@ from components.baseline import LatestPushedModel
 from components.pusher import Pusher
 from components.raw_example_gen import RawCtrExampleGen
 from components.raw_example_gen import spans
+from components.span_window import SpanWindow
 from components.statistics_gen import StatisticsGen
 from components.strict_example_validator import StrictExampleValidator
+from components.trainer import Trainer
 from components.transform import Transform
 from components.tuner import CtrTuner
 from pipeline.code_fingerprint import add_code_fingerprint
@@ -51,6 +55,9 @@ BASELINE_ID = "latest_pushed_model"
 # trained on (cached per examples: components/baseline.py).
 WARM_START_ID = "warm_start_model"
 EXAMPLE_GEN_ID = "RawCtrExampleGen"
+# Daily data: the spans Transform and the Trainer read
+# (components/span_window.py).
+SPAN_WINDOW_ID = "span_window"
 # Nodes that read state outside ML Metadata (the serving directory): a cached
 # result would be stale, so no runner may reuse one. TFX caches per pipeline;
 # `local_ir` and kubeflow.compiler switch these nodes off one by one.
@@ -316,8 +323,17 @@ def create_pipeline(config: PipelineConfig,
       statistics=statistics_gen.outputs["statistics"],
       schema=schema_gen.outputs["schema"],
       label_feature=config.spec.label)
-  transform = Transform(
+  # What Transform, the Tuner and the Trainer read: the day ingested, or
+  # with daily data its window of spans, which every daily run records.
+  window = SpanWindow(
       examples=example_gen.outputs["examples"],
+      days=spans.window_days(config.ingestion.span),
+      registry=config.span_registry_dir).with_id(SPAN_WINDOW_ID) if (
+          spans.has_span(config.data)) else None
+  training_examples = (window.outputs["window"] if window else
+                       example_gen.outputs["examples"])
+  transform = Transform(
+      examples=training_examples,
       schema=schema_gen.outputs["schema"],
       preprocessing_fn=PREPROCESSING_FN,
       custom_config=config.transform_config,
@@ -341,7 +357,7 @@ def create_pipeline(config: PipelineConfig,
   if config.tuning.tune:
     hparams_source = CtrTuner(
         tuner_fn=TUNER_FN,
-        examples=example_gen.outputs["examples"],
+        examples=training_examples,
         transform_graph=transform.outputs["transform_graph"],
         schema=schema_gen.outputs["schema"],
         custom_config=config.tuner_config)
@@ -359,9 +375,9 @@ def create_pipeline(config: PipelineConfig,
       push_destination=push_destination,
       examples=example_gen.outputs["examples"]).with_id(WARM_START_ID) if (
           config.trainer.warm_start) else None
-  trainer = tfx.components.Trainer(
+  trainer = Trainer(
       run_fn=RUN_FN,
-      examples=example_gen.outputs["examples"],
+      examples=training_examples,
       transform_graph=transform.outputs["transform_graph"],
       schema=schema_gen.outputs["schema"],
       hyperparameters=hyperparameters,
@@ -398,6 +414,8 @@ def create_pipeline(config: PipelineConfig,
     components.insert(components.index(trainer), hparams_source)
   if warm_start:
     components.insert(components.index(trainer), warm_start)
+  if window:
+    components.insert(components.index(transform), window)
   for component in components:
     if isinstance(component, base_component.BaseComponent):  # Not Importer.
       add_code_fingerprint(component, metric_modules(eval_config)

@@ -3,7 +3,10 @@
 Daily logs live in one folder per day, `--data 'logs/day-{SPAN}/'`; TFX's
 file-based ExampleGen reads one span per execution and records it on its
 Examples artifact. `--span` picks it: `latest` (TFX's default) or a span
-number (a static RangeConfig).
+number (a static RangeConfig). `rolling:K` ingests the latest span and
+trains on it and the K-1 spans before it, each ingested once by its own
+day's run (components/span_window.py gathers them); `A-B` ingests span B
+and trains on spans A to B (a backfill with a window).
 
 The span is resolved by TFX's own FileBasedInputProcessor, the code of its
 ExampleGen driver, everywhere it is needed: by the CLI before anything
@@ -26,6 +29,7 @@ from tfx.proto import range_config_pb2
 
 SPAN = utils.SPAN_SPEC  # "{SPAN}"
 LATEST = "latest"
+ROLLING = "rolling:"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,22 +44,50 @@ def has_span(data: str) -> bool:
   return SPAN in data
 
 
-def check_span_choice(choice: Optional[str]) -> None:
-  """`latest` or a span number (>= 0); None is latest."""
+@dataclasses.dataclass(frozen=True)
+class SpanChoice:
+  """A --span choice: the span ExampleGen ingests (None: the latest) and
+  the days, ending at it, that Transform and the Trainer read."""
+  span: Optional[int]
+  days: int
+
+
+def parse_span_choice(choice: Optional[str]) -> SpanChoice:
+  """`latest` (or None), a span number N, a range `A-B` (days A to B,
+  ingesting B: a backfill with a window) or `rolling:K` (the latest span
+  and the K-1 before it)."""
   if choice is None or choice == LATEST:
-    return
-  if not choice.isdigit():
-    raise ValueError(f"span must be '{LATEST}' or a span number, got "
-                     f"{choice!r}")
+    return SpanChoice(None, 1)
+  if choice.isdigit():
+    return SpanChoice(int(choice), 1)
+  days = choice[len(ROLLING):] if choice.startswith(ROLLING) else ""
+  if days.isdigit() and int(days) >= 1:
+    return SpanChoice(None, int(days))
+  bounds = re.fullmatch(r"(\d+)-(\d+)", choice)
+  if bounds and int(bounds[1]) <= int(bounds[2]):
+    return SpanChoice(int(bounds[2]), int(bounds[2]) - int(bounds[1]) + 1)
+  raise ValueError(f"span must be '{LATEST}', a span number, a range 'A-B' "
+                   f"(days A to B, A <= B) or '{ROLLING}K' (the last K days, "
+                   f"K >= 1), got {choice!r}")
+
+
+def check_span_choice(choice: Optional[str]) -> None:
+  """Raises parse_span_choice's ValueError for a choice it cannot read."""
+  parse_span_choice(choice)
+
+
+def window_days(choice: Optional[str]) -> int:
+  """How many days, ending at the span ingested, Transform and the Trainer
+  read: K for `rolling:K`, B-A+1 for `A-B`, else 1."""
+  return parse_span_choice(choice).days
 
 
 def range_config(choice: Optional[str]
                 ) -> Optional[range_config_pb2.RangeConfig]:
   """ExampleGen's RangeConfig for a --span choice (None: the latest)."""
-  check_span_choice(choice)
-  if choice is None or choice == LATEST:
+  number = parse_span_choice(choice).span
+  if number is None:
     return None
-  number = int(choice)
   return range_config_pb2.RangeConfig(
       static_range=range_config_pb2.StaticRange(
           start_span_number=number, end_span_number=number))
@@ -115,3 +147,17 @@ def span_files(data: str, choice: Optional[str]) -> Tuple[str, Tuple[str, ...]]:
   where = os.path.join(base, resolve(base, pattern,
                                      range_config(choice)).pattern)
   return where, tuple(sorted(fileio.glob(where)))
+
+
+def window_files(data: str, choice: Optional[str]) -> Tuple[str, ...]:
+  """The files of the spans a `choice` trains on that are on disk: the
+  span ExampleGen reads and, with `rolling:K`, those of the K-1 spans
+  before it (resolve's errors for the span read)."""
+  base, pattern = split_span_path(data)
+  last = resolve(base, pattern, range_config(choice)).span
+  first = last - window_days(choice) + 1
+  files = []
+  for span in found_spans(base, pattern):
+    if first <= span <= last:
+      files += span_files(data, str(span))[1]
+  return tuple(files)

@@ -10,7 +10,8 @@ part (the new_id columns; computed for the rows that lack them, from the
 models and data in ML Metadata).
 
   PYTHONPATH=. .venv/bin/python docs/scripts/daily_warm_vs_cold.py ROOT \
-      [--days 4] [--rows 300000] [--epochs 4] [--results FILE.csv]
+      [--days 4] [--rows 300000] [--epochs 4] [--results FILE.csv] \
+      [--window K]
 
 ROOT gets the logs (generate --days, seed 1) and the pipeline DIR; each
 finished run appends its row to --results (default
@@ -38,6 +39,7 @@ import tensorflow_transform as tft
 from commands import cli
 from commands import generate
 from commands import report_reading
+from components import span_window
 from pipeline import metadata
 from pipeline import runner
 from trainer_module import features
@@ -73,7 +75,9 @@ def _row(day, start, output, wall):
 def _trainer_runs(store):
   """{(day, start): (Examples URI, TransformGraph URI, Model URI)} of the
   completed Trainer executions (start: 'warm' if its model was
-  warm-started, else 'scratch')."""
+  warm-started, else 'scratch'; '-Kdays' after it when it trained on a
+  window of K days). The Examples are the day's: the last of the Trainer's
+  window of spans."""
   types = {t.id: t.name for t in store.get_execution_types()}
   runs = {}
   for execution in store.get_executions():
@@ -87,9 +91,14 @@ def _trainer_runs(store):
       (artifact,) = store.get_artifacts_by_id([event.artifact_id])
       by_key[event.path.steps[0].key] = artifact
     record = report_reading.read_training_record(by_key["model"].uri) or {}
-    day = by_key["examples"].custom_properties["span"].int_value
-    runs[(day, "warm" if "warm_start" in record else "scratch")] = (
-        by_key["examples"].uri, by_key["transform_graph"].uri,
+    examples = by_key["examples"].custom_properties
+    day = examples["span"].int_value
+    days = (examples[span_window.WINDOW_DAYS_PROPERTY].int_value
+            if span_window.WINDOW_DAYS_PROPERTY in examples else 1)
+    start = "warm" if "warm_start" in record else "scratch"
+    runs[(day, start + (f"-{days}days" if days > 1 else ""))] = (
+        span_window.day_uris(by_key["examples"].uri)[-1],
+        by_key["transform_graph"].uri,
         by_key["model"].uri)
   return runs
 
@@ -123,11 +132,12 @@ def new_id_metrics(output):
   fields = features.get_spec("criteo").categorical_features
   results = {}
   for day in sorted({d for d, _ in runs if d > 1}):
-    yesterday = next(v for (d, _), v in runs.items() if d == day - 1)
+    # New ids: in the day's vocabulary, not in the day before's (each of
+    # one day: the scratch runs').
+    yesterday = runs[(day - 1, "scratch")]
     known = {field: set(tokens) for field, tokens in warm_start.transform_tokens(
         tft.TFTransformOutput(yesterday[1]), fields).items()}
-    examples_uri, transform_uri, _ = next(
-        v for (d, _), v in runs.items() if d == day)
+    examples_uri, transform_uri, _ = runs[(day, "scratch")]
     serialized, labels, tokens = _eval_rows(examples_uri, transform_uri,
                                             fields)
     new = np.zeros(len(labels), bool)
@@ -183,6 +193,10 @@ def main():
   parser.add_argument("--rows", type=int, default=300_000)
   parser.add_argument("--epochs", type=int, default=4)
   parser.add_argument("--results", default="docs/daily_warm_vs_cold.csv")
+  parser.add_argument("--window", type=int, default=1,
+                      help="also train each day after the first, warm-"
+                      "started, on it and the days before it, up to this "
+                      "many (start 'warm-Kdays', --span A-B); never pushed")
   args = parser.parse_args()
   logs = os.path.join(args.root, "logs")
   output = os.path.join(args.root, "pipeline")
@@ -195,15 +209,20 @@ def main():
   for day in range(1, args.days + 1):
     # From scratch first: it never pushes, so the warm run of the same day
     # starts from the model the day before pushed.
-    starts = [("scratch", ["--no-warm-start"] +
-               (["--min-auc", "1.0"] if day > 1 else []))]
+    # The window's run does not push either; the warm run pushes last.
+    never_pushed = ["--min-auc", "1.0"] if day > 1 else []
+    starts = [("scratch", str(day), ["--no-warm-start"] + never_pushed)]
+    if day > 1 and args.window > 1:
+      first = max(1, day - args.window + 1)
+      starts.append((f"warm-{day - first + 1}days", f"{first}-{day}",
+                     never_pushed))
     if day > 1:
-      starts.append(("warm", []))
-    for start, extra in starts:
+      starts.append(("warm", str(day), []))
+    for start, span, extra in starts:
       if (day, start) in done:
         continue
       began = time.perf_counter()
-      code = cli.main(common + ["--span", str(day)] + extra)
+      code = cli.main(common + ["--span", span] + extra)
       if code not in (0, runner.EXIT_NOT_PUSHED):
         raise SystemExit(f"day {day} ({start}) failed: exit {code}")
       rows.append(_row(day, start, output, time.perf_counter() - began))

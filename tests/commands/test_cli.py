@@ -104,9 +104,11 @@ def test_a_span_that_is_not_there_fails_before_any_component(tmp_path,
   plain = tmp_path / "logs" / "day-1" / "train.txt"
   assert _run(tmp_path, plain, "--span", "1") == runner.EXIT_FAILED
   assert "has no {SPAN} in it" in capsys.readouterr().err
-  assert _run(tmp_path, daily, "--span", "soon") == runner.EXIT_FAILED
-  assert "span must be 'latest' or a span number" in (
-      capsys.readouterr().err)
+  for choice in ("soon", "rolling:0", "2-1"):
+    assert _run(tmp_path, daily, "--span", choice) == runner.EXIT_FAILED
+    assert ("span must be 'latest', a span number, a range 'A-B' (days A "
+            "to B, A <= B) or 'rolling:K' (the last K days, K >= 1), got "
+            f"{choice!r}") in capsys.readouterr().err
   assert not (tmp_path / "out").exists()
 
 

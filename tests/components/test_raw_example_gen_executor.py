@@ -283,6 +283,6 @@ def test_without_a_driver_the_executor_reads_the_span_tfxs_driver_picks(
                      "there: spans found: 1, 2, 10"):
     _run(tmp_path / "seven", base, dataset="criteo", input_pattern=pattern,
          range_config=spans.range_config("7"))
-  with pytest.raises(ValueError, match="span must be 'latest' or a span "
-                     "number, got 'yesterday'"):
+  with pytest.raises(ValueError, match="span must be 'latest', a span "
+                     r"number, .* got 'yesterday'"):
     spans.range_config("yesterday")

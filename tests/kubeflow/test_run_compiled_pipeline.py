@@ -5,9 +5,10 @@ paths: tests/kubeflow/test_compile_kubeflow.py checks that) and run the way
 the open-source KFP v2 backend runs it: each task's own container command in
 a subprocess. Day 1's run (span 1) pushes a model. Day 2's run, under the
 same root as a daily recurring run (kubeflow/README.md), ingests span 2,
-warm-starts from day 1's pushed model with its embedding rows carried over
-by id, and trains it into a deliberately worse one, which the Evaluator
-compares with day 1's model (LatestPushedModel) on day 2's data and refuses.
+trains on days 1 and 2 (`--span rolling:2`), warm-starts from day 1's
+pushed model with its embedding rows carried over by id, and trains it
+into a deliberately worse one, which the Evaluator compares with day 1's
+model (LatestPushedModel) on day 2's data and refuses.
 """
 
 import argparse
@@ -45,7 +46,8 @@ WORSE = ["--epochs", "1", "--embed-lr", "10", "--dense-lr", "1",
          "--serve", "model"]
 # Day 2's new span: its data steps run again (kubeflow/compiler.py).
 DAY_STEPS = ("RawCtrExampleGen", "StatisticsGen", "StrictExampleValidator",
-             "Transform", pipeline_lib.WARM_START_ID)
+             pipeline_lib.SPAN_WINDOW_ID, "Transform",
+             pipeline_lib.WARM_START_ID)
 
 
 def compile_spec(path, data, root, extra):
@@ -69,7 +71,8 @@ def runs(tmp_path_factory):
   data = str(logs) + "/day-{SPAN}/"
   root = base / "root"
   good = compile_spec(base / "good.yaml", data, root, GOOD + ["--span", "1"])
-  worse = compile_spec(base / "worse.yaml", data, root, WORSE)
+  worse = compile_spec(base / "worse.yaml", data, root,
+                       WORSE + ["--span", "rolling:2"])
   first = run_compiled.run_spec(good, str(base / "runs"), run_id="first")
   assert metadata(first, "Evaluator", "blessing")["blessed"] == 1, (
       metadata_lib.failed_checks(
@@ -149,7 +152,24 @@ def test_second_day_warm_starts_from_the_first_days_pushed_model(runs):
     record = json.load(f)["warm_start"]
   assert record["from"] == str(serving / versions[0])
   assert record["carried_ids"] > 0 and record["new_ids"] > 0
-  assert record["dropped_ids"] > 0
+  # Day 1's ids are still in the window's vocabulary (rolling:2): none
+  # dropped. One day's window drops them: tests/pipeline/test_daily.py.
+  assert record["dropped_ids"] == 0
+
+
+def test_second_day_trains_on_both_days(runs):
+  first, second, _, _, _ = runs
+  assert metadata(first, pipeline_lib.SPAN_WINDOW_ID,
+                  "window")["window_spans"] == "1"
+  window = metadata(second, pipeline_lib.SPAN_WINDOW_ID, "window")
+  assert (window["window_spans"], window["missing_spans"]) == ("1,2", "")
+  model = second.tasks["Trainer"].artifacts["model"]["uri"]
+  with open(os.path.join(model, "Format-Serving",
+                         contract.TRAINING_RECORD)) as f:
+    record = json.load(f)
+  assert record["train_examples"] + record["validation_examples"] == sum(
+      metadata(run, "RawCtrExampleGen", "examples")["train_rows"]
+      for run in (first, second))
 
 
 def test_second_day_is_gated_against_the_first_days_model_on_its_data(runs):

@@ -1,6 +1,7 @@
 """Retraining every day: two days of generated logs as TFX spans, the
 second day's model warm-started from the first day's pushed model (rows
-carried over by id) and gated against it on the second day's eval split."""
+carried over by id) and gated against it on the second day's eval split,
+then trained again on both days (--span rolling:2)."""
 
 import json
 import os
@@ -12,6 +13,7 @@ from tfx.components.evaluator import constants as evaluator_constants
 from commands import cli
 from commands import generate
 from commands import report_reading
+from components import span_window
 from pipeline import metadata
 from pipeline import pipeline as pipeline_lib
 from pipeline import runner
@@ -21,6 +23,11 @@ from trainer_module import warm_start
 pytestmark = pytest.mark.slow
 
 ROWS = 2500
+# Day 1 must push for day 2 to warm-start from it. One epoch on 2,265 rows
+# barely trains the model: it may lose to the logistic-regression baseline
+# (AUC 0.49-0.55 against 0.61, measured), whose gate check is not what this
+# test is about.
+DAY_1 = ("--span", "1", "--no-lr-check")
 
 
 def _run(logs, output, *extra):
@@ -43,7 +50,7 @@ def test_the_second_day_warm_starts_from_the_first_and_is_gated_on_its_data(
   generate.write_days("criteo", ROWS, 2, 5, str(logs), churn=0.3)
   output = tmp_path / "out"
   # Day 1 (span 1), from scratch: nothing is served yet.
-  assert _run(logs, output, "--span", "1") == 0
+  assert _run(logs, output, *DAY_1) == 0
   first_out = capsys.readouterr().out
   assert "span 1" in first_out and "warm start:" not in first_out
   (day1,) = os.listdir(output / "serving")
@@ -79,28 +86,50 @@ def test_the_second_day_warm_starts_from_the_first_and_is_gated_on_its_data(
   assert "vs served:" in out
   evaluation = metadata.latest_artifact(store, "ModelEvaluation")
   (day2_examples,) = [a for a in store.get_artifacts_by_type("Examples")
-                      if a.custom_properties["span"].int_value == 2]
+                      if a.custom_properties["span"].int_value == 2 and
+                      "rows_read" in a.custom_properties]
   inputs = [e for e in store.get_events_by_artifact_ids([day2_examples.id])
             if e.type == metadata_store_pb2.Event.INPUT]
   evaluator_runs = {e.execution_id for e in store.get_events_by_artifact_ids(
       [evaluation.id]) if e.type == metadata_store_pb2.Event.OUTPUT}
   assert evaluator_runs <= {e.execution_id for e in inputs}
 
-  # A re-run of day 2 trains nothing again: the warm start is keyed by
-  # day 2's examples, not by what day 2 itself pushed.
-  assert _run(logs, output) in (0, runner.EXIT_NOT_PUSHED)
-  capsys.readouterr()
-  trainer_states = [
-      e.last_known_state for e in store.get_executions()
-      if store.get_execution_types_by_id([e.type_id])[0].name.endswith(
-          "Trainer")]
-  assert trainer_states.count(metadata_store_pb2.Execution.COMPLETE) == 2
-  assert trainer_states[-1] == metadata_store_pb2.Execution.CACHED
+  # Day 2 again, on days 1 and 2 (day 1 ingested once, by its own run).
+  # The warm start is keyed by day 2's examples: still day 1's model, not
+  # what day 2 itself pushed.
+  code = _run(logs, output, "--span", "rolling:2")
+  out = capsys.readouterr().out
+  assert code in (0, runner.EXIT_NOT_PUSHED), out
+  assert _examples_spans(store) == [1, 2]  # Nothing ingested again.
+  assert ", span 2; trained on spans 1,2 (a window of 2 days)" in out
+  rolling = metadata.latest_artifact(store, "Model")
+  assert rolling.id != model.id
+  with open(os.path.join(rolling.uri, "Format-Serving",
+                         contract.TRAINING_RECORD)) as f:
+    record = json.load(f)
+  assert record["warm_start"]["from"] == str(output / "serving" / day1)
   assert pipeline_lib.WARM_START_ID not in pipeline_lib.UNCACHED_NODES
+  # Day 1's ids are still in the window's vocabulary: none dropped.
+  assert record["warm_start"]["dropped_ids"] == 0
+  assert record["warm_start"]["carried_ids"] > warm["carried_ids"]
+  # Transform and the Trainer read both days' train splits.
+  assert record["train_examples"] + record["validation_examples"] == sum(
+      a.custom_properties["train_rows"].int_value
+      for a in store.get_artifacts_by_type("Examples")
+      if "rows_read" in a.custom_properties)
+  transform_runs = {e.execution_id for e in store.get_events_by_artifact_ids(
+      [metadata.latest_artifact(store, "TransformGraph").id])
+                    if e.type == metadata_store_pb2.Event.OUTPUT}
+  (window,) = [a for a in store.get_artifacts_by_id([
+      e.artifact_id for e in store.get_events_by_execution_ids(transform_runs)
+      if e.type == metadata_store_pb2.Event.INPUT])
+               if span_window.WINDOW_SPANS_PROPERTY in a.custom_properties]
+  assert window.custom_properties[
+      span_window.WINDOW_SPANS_PROPERTY].string_value == "1,2"
 
   # Day 1 again (a backfill): its cached run, and the console and the
   # report say day 1 and its model, not the newer day 2's.
-  assert _run(logs, output, "--span", "1") in (0, runner.EXIT_NOT_PUSHED)
+  assert _run(logs, output, *DAY_1) in (0, runner.EXIT_NOT_PUSHED)
   assert ", span 1" in capsys.readouterr().out
   backfill = report_reading.read_run(str(output))
   assert backfill.outcome.model not in (None, model.uri)
