@@ -247,8 +247,9 @@ def _component_time(component: ComponentState) -> str:
 
 def headline(run: RunSummary, page: Optional[str]) -> str:
   """The end of a run on the console: the model's metrics beside the
-  logistic-regression baseline's, the gate's verdict and why, where the
-  model went, each component's time and the report."""
+  logistic-regression baseline's and the served model's (on the same
+  rows), the gate's verdict and why, where the model went, each
+  component's time and the report."""
   lines = []
   if run.evaluation:
     overall = run.evaluation.overall
@@ -260,6 +261,9 @@ def headline(run: RunSummary, page: Optional[str]) -> str:
                    "  (logistic regression" +
                    (f"; model AUC minus LR {over})" if over else ")"))
     if run.evaluation.baseline_overall is not None:
+      lines.append(
+          f"in service: {_headline_metrics(run.evaluation.baseline_overall)}"
+          "  (the model being served, on the same eval rows)")
       lines.append(f"vs served:  {_headline_changes(overall)}")
   warm = warm_start_text(run)
   if warm:

@@ -113,6 +113,8 @@ def test_headline_of_a_pushed_and_of_a_refused_run(tmp_path):
       "model:      AUC 0.7312  log loss 0.4571  calibration 1.0200\n"
       "baseline:   AUC 0.7011  log loss 0.4702  calibration -  "
       "(logistic regression)\n"
+      "in service: AUC 0.7189  log loss 0.4633  calibration 0.9700  (the "
+      "model being served, on the same eval rows)\n"
       "vs served:  AUC +0.0123\n"
       "pushed:     yes: the Evaluator blessed the model, pushed to "
       "/serving/7\n"
@@ -120,7 +122,7 @@ def test_headline_of_a_pushed_and_of_a_refused_run(tmp_path):
       "report:     /out/report/index.html")
   refused = report_text.headline(_summary(str(tmp_path), pushed=False),
                                  None).splitlines()
-  assert refused[3] == "not pushed: auc 0.7312 < min 0.9000 (Overall)"
+  assert refused[4] == "not pushed: auc 0.7312 < min 0.9000 (Overall)"
   assert not any(line.startswith("report:") for line in refused)
 
 
@@ -159,11 +161,13 @@ def test_gated_metrics_show_their_intervals(tmp_path):
   run = _summary(str(tmp_path))
   run = dataclasses.replace(run, evaluation=dataclasses.replace(
       run.evaluation, overall={**OVERALL, **GATE}))
-  assert report_text.headline(run, None).splitlines()[:3] == [
+  assert report_text.headline(run, None).splitlines()[:4] == [
       "model:      AUC 0.7312 [0.7201, 0.7423]  log loss 0.4571  "
       "calibration 1.0200 [0.9800, 1.0600]",
       "baseline:   AUC 0.7011  log loss 0.4702  calibration -  "
       "(logistic regression; model AUC minus LR +0.0301 [+0.0212, +0.0390])",
+      "in service: AUC 0.7189  log loss 0.4633  calibration 0.9700  (the "
+      "model being served, on the same eval rows)",
       "vs served:  AUC +0.0121 [-0.0011, +0.0253]  "
       "log loss -0.0062 [-0.0101, -0.0023]"]
   rows = {row[0]: row[1:] for row in report_text.overall_rows(run.evaluation)}

@@ -83,7 +83,7 @@ def test_the_second_day_warm_starts_from_the_first_and_is_gated_on_its_data(
   with open(os.path.join(baseline, "Format-Serving",
                          contract.SERVED_FROM)) as f:
     assert f.read() == str(output / "serving" / day1)
-  assert "vs served:" in out
+  assert "vs served:" in out and "in service: AUC " in out
   evaluation = metadata.latest_artifact(store, "ModelEvaluation")
   (day2_examples,) = [a for a in store.get_artifacts_by_type("Examples")
                       if a.custom_properties["span"].int_value == 2 and
