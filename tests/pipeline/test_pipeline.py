@@ -91,3 +91,35 @@ def test_big_local_inputs_give_statistics_its_workers(tmp_path):
   for name in ("RawCtrExampleGen", "Transform", "Evaluator"):
     assert components[name].executor_spec.beam_pipeline_args == list(
         config.runner.beam_args)
+
+
+def test_daily_data_trains_on_the_window_and_gates_on_the_day(tmp_path):
+  # With {SPAN}: Transform, the Tuner and the Trainer read the span
+  # window's days; the statistics, the validator, the warm start and the
+  # Evaluator the day ingested (components/span_window.py).
+  daily = str(tmp_path / "logs") + "/day-{SPAN}/"
+  config = config_lib.PipelineConfig.from_fields(
+      dataset="criteo", data=daily, output=str(tmp_path / "out"),
+      span="rolling:3", tune=True)
+  components = {c.id: c for c in
+                pipeline_lib.create_pipeline(config).components}
+  window = components[pipeline_lib.SPAN_WINDOW_ID]
+  day = components["RawCtrExampleGen"].outputs["examples"]
+  assert window.inputs["examples"] is day
+  assert (window.exec_properties["days"],
+          window.exec_properties["registry"]) == (
+              3, str(tmp_path / "out" / "examples_by_span"))
+  for name in ("Transform", "CtrTuner", "Trainer"):
+    assert components[name].inputs["examples"] is window.outputs["window"]
+  for name in ("StatisticsGen", "StrictExampleValidator", "Evaluator",
+               pipeline_lib.WARM_START_ID):
+    assert components[name].inputs["examples"] is day
+  # A day, or data without {SPAN}: a window of one day, or none.
+  one_day = config_lib.PipelineConfig.from_fields(
+      dataset="criteo", data=daily, output=str(tmp_path / "out"), span="4")
+  assert {c.id: c for c in pipeline_lib.create_pipeline(one_day).components}[
+      pipeline_lib.SPAN_WINDOW_ID].exec_properties["days"] == 1
+  plain = config_lib.PipelineConfig.from_fields(
+      dataset="criteo", data=str(tmp_path), output=str(tmp_path / "out"))
+  assert pipeline_lib.SPAN_WINDOW_ID not in {
+      c.id for c in pipeline_lib.create_pipeline(plain).components}
