@@ -28,6 +28,7 @@ day trains on the window it had.
 
 import json
 import os
+import re
 from typing import Any, Dict, List, Optional, Tuple
 
 from absl import logging
@@ -69,6 +70,9 @@ def _entry_path(registry: str, span: int) -> str:
   return os.path.join(registry, f"span-{span}.json")
 
 
+_ENTRY_NAME = re.compile(r"span-(\d+)\.json")
+
+
 def register(registry: str, examples: types.Artifact) -> None:
   """Records `examples` as its span's newest ingestion (replacing the
   entry of an older one)."""
@@ -86,10 +90,9 @@ def registered_spans(registry: str) -> List[int]:
   """The span numbers with an entry in `registry`."""
   if not fileio.exists(registry):
     return []
-  names = (n.rstrip("/") for n in fileio.listdir(registry))
-  return sorted(int(n[len("span-"):-len(".json")]) for n in names
-                if n.startswith("span-") and n.endswith(".json") and
-                n[len("span-"):-len(".json")].isdigit())
+  entries = (_ENTRY_NAME.fullmatch(n.rstrip("/"))
+             for n in fileio.listdir(registry))
+  return sorted(int(entry[1]) for entry in entries if entry)
 
 
 def _entry(registry: str, span: int) -> Optional[Dict[str, Any]]:
@@ -132,12 +135,6 @@ def _spans_text(spans: List[int]) -> str:
   return ",".join(map(str, spans))
 
 
-def parse_spans(text: str) -> List[int]:
-  """The span numbers of a WINDOW_SPANS_PROPERTY or MISSING_SPANS_PROPERTY
-  value."""
-  return [int(s) for s in text.split(",") if s]
-
-
 class Executor(base_executor.BaseExecutor):
   """Registers this run's span, then writes the window ending at it."""
 
@@ -153,9 +150,9 @@ class Executor(base_executor.BaseExecutor):
     entries, missing = gather(registry, last, days)
     if missing:
       logging.warning(
-          "rolling:%d ending at span %d: spans %s were not ingested by a run "
-          "of this output directory (%s), or their Examples are gone: "
-          "training on spans %s", days, last, _spans_text(missing),
+          "the window of %d days ending at span %d: spans %s were not "
+          "ingested by a run of this output directory (%s), or their "
+          "Examples are gone: training on spans %s", days, last, _spans_text(missing),
           registry, _spans_text([e["span"] for e in entries]))
     io_utils.write_string_file(os.path.join(window.uri, MANIFEST), json.dumps(
         {"days": days, "last_span": last, "missing_spans": missing,

@@ -58,7 +58,7 @@ def _processor(processor: type) -> Iterator[None]:
 
 class Executor(transform_executor.Executor):
   """TFX's Transform executor with TensorFlowReadProcessor, reading each
-day of a window of spans."""
+  day of a window of spans."""
 
   def Do(self, input_dict: Dict[str, List[types.Artifact]],
          output_dict: Dict[str, List[types.Artifact]],

@@ -366,8 +366,9 @@ class PipelineConfig:
 
   @functools.cached_property
   def estimated_window_rows(self) -> Optional[int]:
-    """estimate_rows of what Transform reads: with `rolling:K`, the spans
-    of the window that are on disk; else the span ingested."""
+    """estimate_rows of what Transform reads: with a window of days
+    (`rolling:K`, `A-B`), its spans that are on disk; else the span
+    ingested."""
     if spans.window_days(self.ingestion.span) == 1:
       return self.estimated_rows
     return estimate_rows(self.data, self.ingestion.span, whole_window=True)

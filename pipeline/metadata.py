@@ -125,8 +125,8 @@ def ingestion_counts(store: metadata_store.MetadataStore,
 def window_description(store: metadata_store.MetadataStore,
                        among: FrozenSet[int]) -> Optional[str]:
   """What a run's SpanWindow (among its output ids) gave Transform and the
-  Trainer, when more than its own day: "trained on spans 1,2 (a window of 2 days)",
-  with the spans missing from it; None otherwise."""
+  Trainer, when more than its own day: "trained on spans 1,2 (a window of
+  2 days)", with the spans missing from it; None otherwise."""
   windows = [a for a in store.get_artifacts_by_type("Examples")
              if a.id in among and
              span_window.WINDOW_SPANS_PROPERTY in a.custom_properties]

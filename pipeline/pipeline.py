@@ -6,7 +6,7 @@ model being served) -> Pusher.
 With tuning, a Tuner (or an Importer of an earlier tuning result) sits
 between Transform and the Trainer and feeds it the best hyperparameters.
 With daily data ({SPAN}), a SpanWindow gives Transform, the Tuner and the
-Trainer the day ingested, or with `--span rolling:K` the last K days.
+Trainer the day ingested, or a window of days (`--span rolling:K`, `A-B`).
 Functions are referenced by dotted path (no module_file), so the same
 definition runs locally and in a container that has this package installed.
 """
