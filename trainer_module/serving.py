@@ -8,6 +8,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 import tensorflow_transform as tft
+# The save_traces switch of tf_keras's model.save, for a tf_keras layer
+# saved inside a tf.Module.
+from tf_keras.src.saving.legacy.saved_model import utils as keras_save_options
 
 from trainer_module import contract
 from trainer_module import features
@@ -145,6 +148,11 @@ def export_serving_model(replicas: Sequence[keras.Model],
                          settings.frequency_field,
                          settings.frequency_thresholds, settings.push,
                          serve_baseline)
-  tf.saved_model.save(module, export_dir, signatures={
-      "serving_default": module.serve,
-      contract.SLICING_SIGNATURE: module.slicing_features})
+  # tf.Transform's layer is a tf_keras Model: by default saving traces its
+  # calls again and a signature of its own, which nothing loads (the
+  # signatures above call it); 2.5 s of every export (docs/tests.md).
+  with keras_save_options.keras_option_scope(save_traces=False,
+                                             in_tf_saved_model_scope=False):
+    tf.saved_model.save(module, export_dir, signatures={
+        "serving_default": module.serve,
+        contract.SLICING_SIGNATURE: module.slicing_features})
