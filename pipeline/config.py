@@ -129,7 +129,7 @@ class IngestionSettings:
 
   def __post_init__(self):
     options.check_choices(self)
-    spans.check_span_choice(self.span)
+    spans.parse_span_choice(self.span)  # Its ValueError names the choices.
 
 
 @dataclasses.dataclass(frozen=True)

@@ -71,11 +71,6 @@ def parse_span_choice(choice: Optional[str]) -> SpanChoice:
                    f"K >= 1), got {choice!r}")
 
 
-def check_span_choice(choice: Optional[str]) -> None:
-  """Raises parse_span_choice's ValueError for a choice it cannot read."""
-  parse_span_choice(choice)
-
-
 def window_days(choice: Optional[str]) -> int:
   """How many days, ending at the span ingested, Transform and the Trainer
   read: K for `rolling:K`, B-A+1 for `A-B`, else 1."""

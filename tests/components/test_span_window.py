@@ -43,11 +43,11 @@ def _window(tmp_path, day, days, registry):
 def test_span_choices():
   for choice in (None, "latest", "0", "12", "rolling:1", "rolling:7", "3-3",
                  "2-4"):
-    spans.check_span_choice(choice)
+    spans.parse_span_choice(choice)
   for choice in ("soon", "-1", "rolling:0", "rolling:", "rolling:x",
                  "rolling:-2", "rolling", "4-2", "2-", "-4", "2-4-6"):
     with pytest.raises(ValueError, match="a range 'A-B'"):
-      spans.check_span_choice(choice)
+      spans.parse_span_choice(choice)
   assert [spans.parse_span_choice(c) for c in (
       None, "latest", "3", "rolling:1", "rolling:7", "2-4")] == [
           spans.SpanChoice(None, 1), spans.SpanChoice(None, 1),
