@@ -73,7 +73,10 @@ class PreloadedPython:
     """Ends the server (at end of input, after any task it runs)."""
     if self._server is not None:
       server, self._server = self._server, None
-      server.stdin.close()
+      try:
+        server.stdin.close()
+      except BrokenPipeError:
+        pass  # It has ended already: its request is moot.
       server.wait()
       server.stdout.close()
 

@@ -4,6 +4,7 @@ module's imports done once, and leaves nothing behind for the next."""
 
 import os
 import signal
+import time
 
 import pytest
 
@@ -90,8 +91,17 @@ def test_a_module_that_fails_to_preload_is_named(tmp_path):
       tmp_path / "server.log").read_text()
 
 
+def _ended(pid):
+  """Whether process `pid` has ended (a zombie, its pipes closed)."""
+  with open(f"/proc/{pid}/stat") as stat:
+    return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+
+
 def test_a_server_that_died_is_named(python, tmp_path):
   log = run(python, tmp_path, "0")[1]
-  os.kill(int(log.split("parent ")[1].split()[0]), signal.SIGKILL)
+  server = int(log.split("parent ")[1].split()[0])
+  os.kill(server, signal.SIGKILL)
+  while not _ended(server):  # The request then meets a closed pipe.
+    time.sleep(0.05)
   with pytest.raises(preloaded_python.ServerDied, match="server.log"):
     run(python, tmp_path, "0")
