@@ -29,18 +29,11 @@ SHARED_FIXTURE_GROUPS = {
     "tests/trainer_module/test_determinism.py": "criteo_examples",
 }
 
-# Started first, beside the many-test unit files: the longest single test
-# (four daily runs, 210-260 s). Left to the test-count order it came last
-# and ran alone for 257 s after the other worker had finished (a fresh
-# clone of 3339b8a: the workers ended at 978 s and 1,252 s; docs/tests.md,
-# seventh round).
-START_FIRST = ("tests/pipeline/test_daily.py",)
-
 
 @pytest.hookimpl(optionalhook=True)  # An xdist hook: pytest -p no:xdist too.
 def pytest_xdist_make_scheduler(config, log):
   """`--dist loadfile`, a unit of work being a file or a group of files
-  (SHARED_FIXTURE_GROUPS), START_FIRST's first. xdist's own groups (`--dist loadgroup`) rename
+  (SHARED_FIXTURE_GROUPS). xdist's own groups (`--dist loadgroup`) rename
   the tests, which pytest 9 no longer allows."""
   if config.getvalue("dist") != "loadfile":
     return None
@@ -53,12 +46,6 @@ def pytest_xdist_make_scheduler(config, log):
     def _split_scope(self, nodeid: str) -> str:
       path = nodeid.split("::")[0]
       return SHARED_FIXTURE_GROUPS.get(path, path)
-
-    def _assign_work_unit(self, node) -> None:
-      for unit in START_FIRST:
-        if unit in self.workqueue:
-          self.workqueue.move_to_end(unit, last=False)
-      super()._assign_work_unit(node)
 
   return WorkerGroupScheduling(config, log)
 
