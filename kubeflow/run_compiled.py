@@ -10,8 +10,9 @@ Docker or a cluster. It follows the open-source KFP v2 backend
 - a task's `triggerPolicy.condition` (a `tfx.dsl.Cond`, for one) is
   evaluated on its ExecutorInput; false: the task is skipped;
 - a container task runs its own command and args in a subprocess (a
-  `python -m MODULE` one in a fork of a process that imported MODULE:
-  preloaded_python), with the launcher's placeholders substituted (`{{$}}` is the ExecutorInput JSON);
+  `python -m MODULE` one in a fork of a process that imported TFX's KFP
+  entrypoint: preloaded_python), with the launcher's placeholders
+  substituted (`{{$}}` is the ExecutorInput JSON);
   output artifacts are provisioned under ROOT/<run id>/<task>/, and the
   ExecutorOutput the task writes is merged into them (URI, metadata) and
   handed to the tasks downstream, as the launcher records it in ML Metadata;
@@ -305,17 +306,20 @@ def local_path(uri: str) -> str:
   return uri
 
 
+# The image's Python, which this interpreter stands in for.
+_PYTHON = ("python", "python3")
+
+
 def _interpreter(command: List[str]) -> List[str]:
   """The image's `python` is this interpreter (its venv has the packages)."""
-  if command and command[0] in ("python", "python3"):
+  if command and command[0] in _PYTHON:
     return [sys.executable] + command[1:]
   return command
 
 
 def _python_module(command: List[str]) -> Optional[str]:
   """MODULE of a `python -m MODULE ...` command, else None."""
-  if (len(command) >= 3 and command[0] in ("python", "python3")
-      and command[1] == "-m"):
+  if len(command) >= 3 and command[0] in _PYTHON and command[1] == "-m":
     return command[2]
   return None
 

@@ -149,8 +149,8 @@ def export_serving_model(replicas: Sequence[keras.Model],
                          settings.frequency_thresholds, settings.push,
                          serve_baseline)
   # tf.Transform's layer is a tf_keras Model: by default saving traces its
-  # calls again and a signature of its own, which nothing loads (the
-  # signatures above call it); 2.5 s of every export (docs/tests.md).
+  # calls again and a signature of its own, which nothing loads (these
+  # signatures call it); 2.4 s of every export (docs/tests.md).
   with keras_save_options.keras_option_scope(save_traces=False,
                                              in_tf_saved_model_scope=False):
     tf.saved_model.save(module, export_dir, signatures={
