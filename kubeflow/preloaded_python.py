@@ -12,7 +12,8 @@ the task's log, so it starts where a fresh `python -m` would be after
 those imports. Nothing a task does outlives its child.
 
 The server reads one JSON request per line on stdin ({"module", "args",
-"log"}) and answers {"exit": code} on the descriptor that was its stdout;
+"log"}) and answers {"pid": child} when the task starts and {"exit": code}
+when it ends, on the descriptor that was its stdout;
 its own stdout and stderr (import warnings) go to its log. It imports no
 project module: it runs as a script.
 """
@@ -21,11 +22,17 @@ import importlib
 import json
 import os
 import runpy
+import select
 import signal
 import subprocess
 import sys
 import traceback
 from typing import List, Optional, Sequence
+
+
+# How long an interrupted task may take to end on its own SIGINT before it
+# is killed: subprocess.run's grace on KeyboardInterrupt.
+INTERRUPT_GRACE_SECONDS = 0.25
 
 
 class ServerDied(RuntimeError):
@@ -60,14 +67,32 @@ class PreloadedPython:
     try:
       self._server.stdin.write(request + "\n")
       self._server.stdin.flush()
-      answer = self._server.stdout.readline()
     except BrokenPipeError:
-      answer = ""
+      pass  # The answer's absence says it.
+    child = self._answer()["pid"]
+    try:
+      return self._answer()["exit"]
+    except KeyboardInterrupt:
+      # As subprocess.run: the task got the same Ctrl-C (its process
+      # group's); a task that has not ended within the grace is killed, so
+      # one Ctrl-C stops the run.
+      ready, _, _ = select.select([self._server.stdout], [], [],
+                                  INTERRUPT_GRACE_SECONDS)
+      if not ready:
+        try:
+          os.kill(child, signal.SIGKILL)
+        except ProcessLookupError:
+          pass
+      raise
+
+  def _answer(self) -> dict:
+    """The server's next answer; ServerDied if it ended instead."""
+    answer = self._server.stdout.readline()
     if not answer:
       self.close()
       raise ServerDied(f"the process that runs the tasks' python ended "
                        f"(log {self._log_path})")
-    return json.loads(answer)["exit"]
+    return json.loads(answer)
 
   def close(self) -> None:
     """Ends the server (at end of input, after any task it runs)."""
@@ -134,6 +159,8 @@ def _serve() -> None:
         code = _run_child(request["module"], request["args"], request["log"])
       finally:
         os._exit(code)  # pylint: disable=protected-access
+    answers.write(json.dumps({"pid": pid}) + "\n")
+    answers.flush()
     _, status = os.waitpid(pid, 0)
     answers.write(json.dumps({"exit": os.waitstatus_to_exitcode(status)})
                   + "\n")

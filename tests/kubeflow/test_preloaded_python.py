@@ -4,6 +4,7 @@ module's imports done once, and leaves nothing behind for the next."""
 
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -13,6 +14,7 @@ from kubeflow import preloaded_python
 TASK = '''
 import os
 import sys
+import time
 
 import task_dependency
 
@@ -24,6 +26,10 @@ if sys.argv[1] == "raise":
   raise ValueError("the task failed")
 if sys.argv[1] == "kill":
   os.kill(os.getpid(), signal.SIGKILL)
+if sys.argv[1] == "ignore-ctrl-c":
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+  print("ready", flush=True)
+  time.sleep(60)
 sys.exit(int(sys.argv[1]))
 '''.replace("import os\n", "import os\nimport signal\n", 1)
 
@@ -105,3 +111,28 @@ def test_a_server_that_died_is_named(python, tmp_path):
     time.sleep(0.05)
   with pytest.raises(preloaded_python.ServerDied, match="server.log"):
     run(python, tmp_path, "0")
+
+
+def test_ctrl_c_kills_a_task_that_does_not_end_on_its_own(python, tmp_path):
+  """One Ctrl-C stops the run: the task gets the grace subprocess.run
+  gives, then is killed, and the server then ends at once."""
+  log = tmp_path / "task.log"
+  main = threading.get_ident()
+
+  def ctrl_c_once_ready():
+    while "ready" not in (log.read_text() if log.exists() else ""):
+      time.sleep(0.05)
+    signal.pthread_kill(main, signal.SIGINT)
+
+  before = signal.signal(signal.SIGINT, signal.default_int_handler)
+  try:
+    threading.Thread(target=ctrl_c_once_ready, daemon=True).start()
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+      python.run("a_task", ["ignore-ctrl-c"], str(log))
+    python.close()
+  finally:
+    signal.signal(signal.SIGINT, before)
+  task = int(log.read_text().split("pid ")[1].split()[0])
+  assert time.monotonic() - start < 30
+  assert not os.path.exists(f"/proc/{task}")
