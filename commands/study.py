@@ -27,8 +27,9 @@ dataset and Transform graph and evaluates it on the one eval split:
 Every finished run is appended to DIR/study.csv at once; a restart with the
 same DIR skips the runs already there, and resumes a run it stopped in the
 middle after its last finished epoch (its fits' backups, under the run's
-directory, go once its row is written; a resumed row's train_seconds are
-the resuming process's). A run that would train exactly like
+directory, go once its row is written; a resumed row's train_seconds add
+the earlier attempts' seconds on the epochs it kept, which the backups
+record, to the resuming process's; an epoch a stop cut short is lost). A run that would train exactly like
 one already done (at the base batch size most rules leave every
 hyperparameter as it is) reuses that run's row instead of training again. A
 run is known by model, rule, clipping, batch size and seed only, so other
@@ -298,7 +299,7 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
   except callbacks_lib.NonFiniteLossError:
     row.update(train_seconds=time.perf_counter() - start, diverged=True)
     return row
-  seconds = time.perf_counter() - start
+  seconds = time.perf_counter() - start + trained.get("resumed_seconds", 0.0)
   history = trained["history"]
   rates = history.get("examples_per_second")
   rate = statistics.mean(rates) if rates else (

@@ -132,7 +132,9 @@ class TrainingBackup(keras.callbacks.BackupAndRestore):
   """Keras' BackupAndRestore, which keeps the weights, the optimizer's
   state and the epoch at each epoch's end, and also what it does not keep:
   early stopping's state (best value and epoch, best weights, epochs
-  waited), every epoch's metrics, and whether the fit ended. A fit killed
+  waited), every epoch's metrics, whether the fit ended, and the wall
+  seconds spent on the epochs it holds, over every attempt (a resumed
+  run's time to train counts the epochs done before the stop). A fit killed
   after epoch k and started again with the same backup_dir continues at
   epoch k + 1 and ends as the uninterrupted fit would (issue #45); one that
   had ended ends again at once, with its best weights. The backup stays
@@ -158,6 +160,11 @@ class TrainingBackup(keras.callbacks.BackupAndRestore):
     self._write_dir = write_dir
     self.history: Dict[str, List[float]] = {}
     self._epochs = 0
+    # Wall seconds of the epochs held: the earlier attempts', then this
+    # one's since its start (tracing included, as a fresh fit's).
+    self.earlier_seconds = 0.0
+    self.seconds = 0.0
+    self._start = time.monotonic()
 
   def epochs_done(self) -> int:
     """The epochs the backup holds (0: none, or one not written whole)."""
@@ -177,6 +184,7 @@ class TrainingBackup(keras.callbacks.BackupAndRestore):
     return state if state.get("epoch") == keras_epoch else None
 
   def on_train_begin(self, logs=None):
+    self._start = time.monotonic()
     state = self._state()
     if (state is None and self._write_dir is None and
         tf.io.gfile.exists(self.backup_dir)):
@@ -194,6 +202,8 @@ class TrainingBackup(keras.callbacks.BackupAndRestore):
                              "rb") as f, np.load(f) as saved:
         stopping.best_weights = [saved[f"w{i}"] for i in range(len(saved))]
       self.history, self._epochs = state["history"], state["epoch"]
+      # Backups from before the seconds were kept have none.
+      self.earlier_seconds = self.seconds = state.get("seconds", 0.0)
       if state["finished"]:
         self.model._initial_epoch = self.params["epochs"]  # pylint: disable=protected-access
     if self._write_dir is not None:
@@ -206,6 +216,7 @@ class TrainingBackup(keras.callbacks.BackupAndRestore):
     for name, value in (logs or {}).items():
       self.history.setdefault(name, []).append(float(value))
     self._epochs = epoch + 1
+    self.seconds = self.earlier_seconds + time.monotonic() - self._start
     super().on_epoch_end(epoch, logs)  # Keras' weights and epoch first.
     weights = {f"w{i}": w
                for i, w in enumerate(self._stopping.best_weights or [])}
@@ -225,7 +236,8 @@ class TrainingBackup(keras.callbacks.BackupAndRestore):
     stopping = self._stopping
     state = {"epoch": self._epochs, "finished": finished,
              "best": float(stopping.best), "wait": stopping.wait,
-             "best_epoch": stopping.best_epoch, "history": self.history}
+             "best_epoch": stopping.best_epoch, "history": self.history,
+             "seconds": self.seconds}
     _write_atomically(os.path.join(self.backup_dir, self.STATE),
                       json.dumps(state).encode())
 

@@ -75,7 +75,8 @@ def fit(model: models.CTRModel, data: TrainingData, epochs: int,
   Returns:
     The record of the training: history (every epoch run), epochs_run and
     best_epoch (1-based) with its validation metrics, and the bias_shift;
-    with a backup, "resumed_after" (the epochs it held).
+    with a backup, "resumed_after" (the epochs it held) and
+    "resumed_seconds" (the wall seconds earlier attempts spent on them).
   """
   stopping = callbacks_lib.early_stopping()
   fit_callbacks = [*callbacks, stopping]
@@ -117,7 +118,9 @@ def fit(model: models.CTRModel, data: TrainingData, epochs: int,
           "best_epoch": best + 1,
           "best": {k: vs[best] for k, vs in curves.items()
                    if k.startswith("val_") and len(vs) > best},
-          **({"resumed_after": resumed_after} if resumed_after else {})}
+          **({"resumed_after": resumed_after,
+              "resumed_seconds": saver.earlier_seconds}
+             if resumed_after else {})}
 
 
 
@@ -346,7 +349,8 @@ def train_replicas(settings: TrainerSettings, data: TrainingData,
   starts from the served model's replica i (train). The record is replica
   0's; with
   replicas, "replicas" lists each one's seed, epochs and best validation
-  metrics (the report's per-replica AUC).
+  metrics (the report's per-replica AUC); "resumed_seconds" sums every
+  fit's (the replicas', the student's).
   """
   count = settings.replicas
   replicas, records = [], []
@@ -388,7 +392,11 @@ def train_replicas(settings: TrainerSettings, data: TrainingData,
         **{k: student_record[k] for k in ("epochs_run", "best_epoch",
                                           "best", "bias_shift")},
         **compare_with_ensemble(student, replicas, data.validation)}
-    return [student], record
+    records.append(student_record)
+    replicas = [student]
+  resumed_seconds = sum(r.get("resumed_seconds", 0.0) for r in records)
+  if resumed_seconds:
+    record["resumed_seconds"] = resumed_seconds
   return replicas, record
 
 

@@ -414,7 +414,11 @@ def test_a_run_past_its_best_epoch_is_also_evaluated_at_its_last(
   assert cli.main(argv) == 130
   assert not (results / "study.csv").exists()
   (state,) = (run_dir / "backup").glob("*/*/fit_state.json")
-  assert json.loads(state.read_text())["epoch"] == 1
+  held = json.loads(state.read_text())
+  assert held["epoch"] == 1 and held["seconds"] > 0
+  # The row's train_seconds count the stopped attempt's epoch: as if it
+  # had taken 1,000 s.
+  state.write_text(json.dumps({**held, "seconds": 1000.0}))
   assert cli.main(argv) == 0
   assert any("after its epoch 1" in r.getMessage() for r in caplog.records)
   assert not (run_dir / "backup").exists()
@@ -422,6 +426,7 @@ def test_a_run_past_its_best_epoch_is_also_evaluated_at_its_last(
   # As without the stop: early stopping's state, restored from the backup,
   # ends the run after epoch 2 and keeps epoch 1; the curves hold both.
   assert row["best_epoch"] == 1 and row["epochs_run"] == 2
+  assert 1000 < row["train_seconds"] < 2000
   for kept, last in (("auc", "last_auc"), ("logloss", "last_logloss")):
     assert 0 < row[last] and row[last] != row[kept]
   assert 0.9 < row["last_calibration"] < 1.1

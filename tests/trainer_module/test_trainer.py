@@ -2,6 +2,8 @@
 the validation slice of early stopping."""
 
 import dataclasses
+import json
+import time
 
 import keras
 import numpy as np
@@ -10,6 +12,7 @@ import tensorflow as tf
 
 import raw_records
 from components.raw_example_gen import example_encoding
+from trainer_module import callbacks
 from trainer_module import contract
 from trainer_module import input_pipeline
 from trainer_module import models
@@ -292,3 +295,55 @@ def test_the_kept_model_is_recentred_on_the_training_click_rate():
       tf.sigmoid(model(features, training=False)).numpy().ravel()
       for features, _ in data.validation])
   assert predictions.mean() == pytest.approx(0.3, abs=1e-4)
+
+
+class _SlowEpochsThenStop(keras.callbacks.Callback):
+  """Each epoch takes at least `seconds`; Ctrl-C as epoch `stop_at` (0-based)
+  begins."""
+
+  def __init__(self, seconds, stop_at=None):
+    super().__init__()
+    self.seconds, self.stop_at = seconds, stop_at
+
+  def on_epoch_begin(self, epoch, logs=None):
+    if epoch == self.stop_at:
+      raise KeyboardInterrupt
+
+  def on_epoch_end(self, epoch, logs=None):
+    time.sleep(self.seconds)
+
+
+def test_a_resumed_fit_counts_the_earlier_attempts_seconds(tmp_path):
+  """The backup keeps the wall seconds of the epochs it holds; the resumed
+  fit's record gives them (the study adds them to its train_seconds)."""
+  keras.utils.set_random_seed(0)
+  rng = np.random.default_rng(0)
+  features = {"a": rng.integers(0, 7, 64), "x": rng.normal(size=64).astype(
+      np.float32)}
+  labels = (rng.random(64) < 0.3).astype(np.float32)
+  batches = tf.data.Dataset.from_tensor_slices((features, labels)).batch(32)
+  data = input_pipeline.TrainingData(
+      train=batches, validation=batches, train_examples=64,
+      validation_examples=64, click_rate=0.3, validation_buckets=1)
+
+  def fit(callback):
+    model = models.build_model("deepfm", {"a": 7}, ("x",),
+                               models.ModelOptions(embedding_dim=2,
+                                                   hidden_units=(4,)))
+    training.compile_model(model, training.TrainingConfig(
+        dense_lr=1e-3, embed_lr=1e-3, l2=0.0, r=0.5, zeta=1e-3,
+        warmup_epochs=0.0, steps_per_epoch=2))
+    return trainer.fit(model, data, epochs=3, callbacks=[callback],
+                       verbose=0, backup_dir=str(tmp_path / "backup"))
+
+  with pytest.raises(KeyboardInterrupt):
+    fit(_SlowEpochsThenStop(0.5, stop_at=2))
+  state = json.loads((tmp_path / "backup" / callbacks.TrainingBackup.STATE
+                      ).read_text())
+  assert state["epoch"] == 2 and state["seconds"] >= 2 * 0.5
+  record = fit(_SlowEpochsThenStop(0.0))
+  assert record["resumed_after"] == 2
+  assert record["resumed_seconds"] == state["seconds"]
+  finished = json.loads((tmp_path / "backup" / callbacks.TrainingBackup.STATE
+                         ).read_text())
+  assert finished["epoch"] == 3 and finished["seconds"] > state["seconds"]
