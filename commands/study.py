@@ -133,7 +133,10 @@ class StudySetup:
   inputs: TransformedInputs
   tf_transform_output: tft.TFTransformOutput
   train_files: Tuple[str, ...]
-  baseline: Optional[keras.Model]  # None when every run is done.
+  # The train split as every run reads it, read once (its parts in memory
+  # when they fit): each run batches it at its batch size and seed.
+  held: input_pipeline.HeldSplit
+  baseline: keras.Model
   results: str  # The directory of study.csv (results_dir).
   fingerprint: str  # study_provenance.data_fingerprint.
   machine: str  # study_provenance.machine_description()
@@ -158,7 +161,8 @@ def run_config(config: PipelineConfig, run: StudyRun) -> PipelineConfig:
 
 
 def train_baseline(config: PipelineConfig, train_files: Sequence[str],
-                   tf_transform_output: tft.TFTransformOutput, results: str,
+                   tf_transform_output: tft.TFTransformOutput,
+                   held: input_pipeline.HeldSplit, results: str,
                    fingerprint: str) -> keras.Model:
   """The logistic-regression baseline every run's export serves beside the
   model (the Evaluator's config reads it), fitted as run_fn does, once per
@@ -172,7 +176,8 @@ def train_baseline(config: PipelineConfig, train_files: Sequence[str],
   data = input_pipeline.training_data(
       list(train_files), tf_transform_output, config.spec.label,
       config.trainer.batch_size,
-      negative_sampling_rate=config.trainer.negative_sampling_rate)
+      negative_sampling_rate=config.trainer.negative_sampling_rate,
+      held=held)
   record_path = os.path.join(results, trainer.BASELINE_RECORD)
   progress = _Progress("baseline")
   progress.started()
@@ -270,7 +275,8 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
   data = input_pipeline.training_data(
       list(setup.train_files), setup.tf_transform_output, config.spec.label,
       run.batch_size, seed=run.seed,
-      negative_sampling_rate=config.trainer.negative_sampling_rate)
+      negative_sampling_rate=config.trainer.negative_sampling_rate,
+      held=setup.held)
   hparams = model_building.training_hparams(trainer_settings, {},
                                      data.train_examples)["scaled"]
   row = {"run": run.key, "model": run.model, "rule": run.rule,
@@ -396,7 +402,8 @@ def same_training(config: PipelineConfig, run: StudyRun,
 def run_study(config: PipelineConfig, runs: Sequence[StudyRun],
               header: Sequence[str] = (), results: Optional[str] = None
              ) -> List[Dict[str, object]]:
-  """Transform once, train/evaluate the runs not yet in study.csv, report.
+  """Transform once, train/evaluate the runs not yet in study.csv, report
+  (with every run there: the report alone, the data unread).
 
   Args:
     config: the pipeline config every run starts from (epochs, base
@@ -423,16 +430,24 @@ def run_study(config: PipelineConfig, runs: Sequence[StudyRun],
   todo = [r for r in runs if r.key not in done]
   _note(f"study: {len(runs) - len(todo)} of {len(runs)} runs already in "
         f"{csv_path}")
+  if not todo:
+    # Nothing to train, nothing to check against: the data are not read
+    # (after a code change, ingestion and Transform would run again).
+    write_report(rows, results, header)
+    return rows
   inputs = study_data.transform_once(config)
   train_files = study_data.split_files(inputs.raw_examples, "train")
   tf_transform_output = tft.TFTransformOutput(inputs.transform_graph)
   fingerprint = study_provenance.data_fingerprint(tf_transform_output)
   study_provenance.check_fingerprints(rows, csv_path, fingerprint)
+  held = input_pipeline.hold_split(
+      train_files, tf_transform_output, config.spec.label,
+      config.trainer.negative_sampling_rate)
   setup = StudySetup(
       config=config, inputs=inputs, tf_transform_output=tf_transform_output,
-      train_files=tuple(train_files),
-      baseline=train_baseline(config, train_files, tf_transform_output,
-                              results, fingerprint) if todo else None,
+      train_files=tuple(train_files), held=held,
+      baseline=train_baseline(config, train_files, tf_transform_output, held,
+                              results, fingerprint),
       results=results, fingerprint=fingerprint,
       machine=study_provenance.machine_description(),
       commit=study_provenance.code_commit())
@@ -442,7 +457,8 @@ def run_study(config: PipelineConfig, runs: Sequence[StudyRun],
     row = same_training(config, run, rows)
     if row is None:
       row = train_and_evaluate(run, setup)
-      # The run's record cache goes before the next run fills its own.
+      # What the run built (its model, batches) goes before the next run;
+      # the held split stays for it.
       input_pipeline.release_memory()
       how = ""
     else:
@@ -454,8 +470,6 @@ def run_study(config: PipelineConfig, runs: Sequence[StudyRun],
     progress.finished(how + _run_summary(row))
     # Parsed as a resumed study would see them.
     rows = study_results.read_rows(csv_path)
-    write_report(rows, results, header)
-  if not todo:
     write_report(rows, results, header)
   return rows
 

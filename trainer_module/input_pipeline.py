@@ -388,31 +388,28 @@ def training_part(train_files: List[str],
                       negative_sampling_rate=negative_sampling_rate)
 
 
-def training_data(train_files: List[str],
-                  tf_transform_output: tft.TFTransformOutput, label: str,
-                  batch_size: int, seed: Optional[int] = None,
-                  negative_sampling_rate: float = NO_SAMPLING) -> TrainingData:
-  """The training part and the validation slice of the train split
-  (`seed`: the training part's shuffle).
+@dataclasses.dataclass(frozen=True)
+class HeldSplit:
+  """What training_data reads of the train split before it batches: the
+  parts' sizes, the training click rate, and each part held in memory
+  (None: it did not fit, and is read from the files). Free of batch size
+  and seed, so the study's runs share one (hold_split)."""
+  train_examples: int
+  validation_examples: int
+  click_rate: float
+  validation_buckets: int
+  in_memory: Optional[in_memory_lib.InMemoryPart]
+  validation_in_memory: Optional[in_memory_lib.InMemoryPart]
 
-  Negative sampling (rate below 1) applies to both parts, with the same
-  weights: the weighted validation log loss estimates the unsampled one,
-  so early stopping and the bias refit judge the objective training
-  minimises, at the sampled cost. The eval split is never sampled: TFMA
-  (the Evaluator, the study) scores the unsampled eval examples without
-  weights, the distribution the model serves.
 
-  One pass over the split counts both parts (split_stats). Each part that
-  fits (in_memory.memory_fits; the validation slice first, it is at most
-  MAX_VALIDATION_EXAMPLES) is then parsed and transformed once and held in
-  memory (in_memory.load_in_memory): epochs, validations and the bias refit
-  gather from it. A training part that does not fit is read from the files
-  every epoch (make_dataset).
-  """
-  if seed is not None:
-    # tf.data pairs a shuffle's seed with TensorFlow's global seed: set it
-    # too, or the order would hang on what ran before in the process.
-    tf.random.set_seed(seed)
+def hold_split(train_files: List[str],
+               tf_transform_output: tft.TFTransformOutput, label: str,
+               negative_sampling_rate: float = NO_SAMPLING) -> HeldSplit:
+  """One pass over the split counts both parts (split_stats). Each part
+  that fits (in_memory.memory_fits; the validation slice first, it is at
+  most MAX_VALIDATION_EXAMPLES) is then parsed and transformed once and
+  held in memory (in_memory.load_in_memory): epochs, validations and the
+  bias refit gather from it."""
   rate = negative_sampling_rate
   stats = split_stats(train_files, tf_transform_output.raw_feature_spec(),
                       label, rate)
@@ -424,11 +421,6 @@ def training_data(train_files: List[str],
     raise ValueError(f"the train split's {split_examples} examples are too "
                      "few to hold out a validation slice for early stopping; "
                      "give more data")
-  sampling = {}
-  if rate < 1:
-    sampling = sampling_record(rate, click_rate, batch_size)
-    if sampling["warning"]:
-      logging.warning("%s", sampling["warning"])
   row_bytes = in_memory_lib.transformed_row_bytes(tf_transform_output, rate < 1)
 
   def held(part: str, rows: int) -> Optional[in_memory_lib.InMemoryPart]:
@@ -441,16 +433,54 @@ def training_data(train_files: List[str],
         negative_sampling_rate=rate), rows)
 
   validation = held("validation", validation_examples)
-  in_memory = held("train", train_examples)
+  return HeldSplit(train_examples, validation_examples, click_rate, buckets,
+                   in_memory=held("train", train_examples),
+                   validation_in_memory=validation)
+
+
+def training_data(train_files: List[str],
+                  tf_transform_output: tft.TFTransformOutput, label: str,
+                  batch_size: int, seed: Optional[int] = None,
+                  negative_sampling_rate: float = NO_SAMPLING,
+                  held: Optional[HeldSplit] = None) -> TrainingData:
+  """The training part and the validation slice of the train split
+  (`seed`: the training part's shuffle), batched.
+
+  Negative sampling (rate below 1) applies to both parts, with the same
+  weights: the weighted validation log loss estimates the unsampled one,
+  so early stopping and the bias refit judge the objective training
+  minimises, at the sampled cost. The eval split is never sampled: TFMA
+  (the Evaluator, the study) scores the unsampled eval examples without
+  weights, the distribution the model serves.
+
+  `held`: hold_split's of these files at this rate, read once for several
+  calls (the study's runs); None: read here. A part not held in memory is
+  read from the files every epoch (make_dataset).
+  """
+  if seed is not None:
+    # tf.data pairs a shuffle's seed with TensorFlow's global seed: set it
+    # too, or the order would hang on what ran before in the process.
+    tf.random.set_seed(seed)
+  rate = negative_sampling_rate
+  if held is None:
+    held = hold_split(train_files, tf_transform_output, label, rate)
+  sampling = {}
+  if rate < 1:
+    sampling = sampling_record(rate, held.click_rate, batch_size)
+    if sampling["warning"]:
+      logging.warning("%s", sampling["warning"])
+  buckets = held.validation_buckets
+  validation = held.validation_in_memory
   return TrainingData(
       train=training_part(train_files, tf_transform_output, label,
-                          batch_size, buckets, rate, seed, in_memory),
+                          batch_size, buckets, rate, seed, held.in_memory),
       validation=(validation.batches(batch_size, shuffle=False)
                   if validation is not None else
                   make_dataset(train_files, tf_transform_output, label,
                                batch_size, shuffle=False, part="validation",
                                buckets=buckets, negative_sampling_rate=rate)),
-      train_examples=train_examples, validation_examples=validation_examples,
-      click_rate=click_rate, validation_buckets=buckets,
-      negative_sampling=sampling, in_memory=in_memory,
+      train_examples=held.train_examples,
+      validation_examples=held.validation_examples,
+      click_rate=held.click_rate, validation_buckets=buckets,
+      negative_sampling=sampling, in_memory=held.in_memory,
       validation_in_memory=validation)

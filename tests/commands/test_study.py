@@ -507,7 +507,9 @@ def test_study_command_trains_every_run_and_resumes(criteo_study_dir,
 
   before = (results / "study.csv").read_text()
   assert cli.main(argv) == 0
-  assert "6 of 6 runs already" in capfd.readouterr().out
+  console = capfd.readouterr().out
+  assert "6 of 6 runs already" in console
+  assert "Transform" not in console  # Nothing to train: no data read.
   assert (results / "study.csv").read_text() == before
 
   # A fresh DIR: the kept baseline, and the one missing run.

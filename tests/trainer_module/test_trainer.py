@@ -268,6 +268,35 @@ def test_training_data_reads_only_the_train_split(tmp_path, monkeypatch):
   assert all("eval" not in str(f) for f in opened), opened
 
 
+def test_a_held_split_batches_as_a_fresh_read_and_is_not_read_again(
+    tmp_path, monkeypatch):
+  """The study reads the train split once (hold_split) and batches it per
+  run: the same batches, in the same order, as training_data reading it,
+  at any batch size and seed, with no file opened again."""
+  _write_records(str(tmp_path / "train.gz"), [1.0, 0.0, 0.0] * 400)
+  files = [str(tmp_path / "train.gz")]
+  held = input_pipeline.hold_split(files, _TRANSFORM, "click")
+  assert held.in_memory is not None and held.validation_in_memory is not None
+  opened = []
+  real = tf.data.TFRecordDataset
+  monkeypatch.setattr(tf.data, "TFRecordDataset",
+                      lambda *a, **k: opened.append(a) or real(*a, **k))
+  for batch_size, seed in ((64, 1), (256, 2)):
+    shared = input_pipeline.training_data(files, _TRANSFORM, "click",
+                                          batch_size, seed=seed, held=held)
+    assert not opened
+    fresh = input_pipeline.training_data(files, _TRANSFORM, "click",
+                                         batch_size, seed=seed)
+    for part in ("train", "validation"):
+      assert ([len(f["row"]) for f, _ in getattr(shared, part)] ==
+              [len(f["row"]) for f, _ in getattr(fresh, part)])
+      assert _rows(getattr(shared, part)) == _rows(getattr(fresh, part))
+    for field in ("train_examples", "validation_examples", "click_rate",
+                  "validation_buckets"):
+      assert getattr(shared, field) == getattr(fresh, field)
+    opened.clear()
+
+
 def test_the_kept_model_is_recentred_on_the_training_click_rate():
   """fit's recentring targets the training part's click rate, not the
   validation slice's labels: a few hundred rows' click rate is off by its
