@@ -136,7 +136,9 @@ def add_run_compiled_parser(subparsers: Any) -> argparse.ArgumentParser:
       "compile-kubeflow) locally the way the open-source KFP v2 backend "
       "would: container and importer tasks only, in dependency order, "
       "trigger conditions honoured, each container's own command in a "
-      "subprocess. No Docker, no cluster. Prints each task's state and its "
+      "subprocess (a `python -m` command in a fork of one process that has "
+      "imported TFX's entrypoint: kubeflow/README.md). No Docker, no "
+      "cluster. Prints each task's state and its "
       "output artifacts' metadata (e.g. the Pusher's pushed=1.0).")
   parser.add_argument("spec", help="the pipeline spec (.yaml)")
   parser.add_argument("--root", required=True, metavar="DIR",
