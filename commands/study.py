@@ -29,12 +29,13 @@ same DIR skips the runs already there, and resumes a run it stopped in the
 middle after its last finished epoch (its fits' backups, under the run's
 directory, go once its row is written; a resumed row's train_seconds add
 the earlier attempts' seconds on the epochs it kept, which the backups
-record, to the resuming process's; an epoch a stop cut short is lost). A run that would train exactly like
-one already done (at the base batch size most rules leave every
-hyperparameter as it is) reuses that run's row instead of training again. A
-run is known by model, rule, clipping, batch size and seed only, so other
-base hyperparameters, epochs or model options need a new DIR. DIR/study.md (tables) and PNG figures
-are rewritten from the whole CSV after every run.
+record, to the resuming process's; an epoch a stop cut short is lost). A
+run that would train exactly like one already done (at the base batch size
+most rules leave every hyperparameter as it is) reuses that run's row
+instead of training again. A run is known by model, rule, clipping, batch
+size and seed only, so other base hyperparameters, epochs or model options
+need a new DIR. DIR/study.md (tables) and PNG figures are rewritten from
+the whole CSV after every run.
 """
 
 import argparse
