@@ -306,7 +306,7 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
   except callbacks_lib.NonFiniteLossError:
     row.update(train_seconds=time.perf_counter() - start, diverged=True)
     return row
-  seconds = time.perf_counter() - start + trained.get("resumed_seconds", 0.0)
+  seconds = time.perf_counter() - start + trained.get("earlier_seconds", 0.0)
   history = trained["history"]
   rates = history.get("examples_per_second")
   rate = statistics.mean(rates) if rates else (

@@ -160,11 +160,11 @@ class TrainingBackup(keras.callbacks.BackupAndRestore):
     self._write_dir = write_dir
     self.history: Dict[str, List[float]] = {}
     self._epochs = 0
-    # Wall seconds of the epochs held: the earlier attempts', then this
-    # one's since its start (tracing included, as a fresh fit's).
+    # Wall seconds of the epochs held: the earlier attempts' (read from
+    # the backup), then this one's since on_train_begin (tracing included,
+    # as a fresh fit's).
     self.earlier_seconds = 0.0
-    self.seconds = 0.0
-    self._start = time.monotonic()
+    self._start = 0.0
 
   def epochs_done(self) -> int:
     """The epochs the backup holds (0: none, or one not written whole)."""
@@ -203,7 +203,7 @@ class TrainingBackup(keras.callbacks.BackupAndRestore):
         stopping.best_weights = [saved[f"w{i}"] for i in range(len(saved))]
       self.history, self._epochs = state["history"], state["epoch"]
       # Backups from before the seconds were kept have none.
-      self.earlier_seconds = self.seconds = state.get("seconds", 0.0)
+      self.earlier_seconds = state.get("seconds", 0.0)
       if state["finished"]:
         self.model._initial_epoch = self.params["epochs"]  # pylint: disable=protected-access
     if self._write_dir is not None:
@@ -216,7 +216,6 @@ class TrainingBackup(keras.callbacks.BackupAndRestore):
     for name, value in (logs or {}).items():
       self.history.setdefault(name, []).append(float(value))
     self._epochs = epoch + 1
-    self.seconds = self.earlier_seconds + time.monotonic() - self._start
     super().on_epoch_end(epoch, logs)  # Keras' weights and epoch first.
     weights = {f"w{i}": w
                for i, w in enumerate(self._stopping.best_weights or [])}
@@ -237,7 +236,7 @@ class TrainingBackup(keras.callbacks.BackupAndRestore):
     state = {"epoch": self._epochs, "finished": finished,
              "best": float(stopping.best), "wait": stopping.wait,
              "best_epoch": stopping.best_epoch, "history": self.history,
-             "seconds": self.seconds}
+             "seconds": self.earlier_seconds + time.monotonic() - self._start}
     _write_atomically(os.path.join(self.backup_dir, self.STATE),
                       json.dumps(state).encode())
 

@@ -295,36 +295,45 @@ def make_dataset(file_patterns: List[str],
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainingData:
-  """The train split, carved into the part trained on and the validation
-  slice of early stopping (the eval split is not read: it is the
-  Evaluator's honest test).
+class HeldSplit:
+  """What training_data reads of the train split before it batches. Free
+  of batch size and seed, so the study's runs share one (hold_split).
 
   Attributes:
-    train: shuffled (features, label) batches of the training part.
-    validation: (features, label) batches of the validation slice.
     train_examples: examples in the training part.
-    validation_examples: examples in the validation slice.
+    validation_examples: examples in the validation slice of early
+      stopping (the eval split is not read: it is the Evaluator's honest
+      test).
     click_rate: click rate of the training part (importance-weighted
       under negative sampling: the unsampled rate's estimate).
     validation_buckets: the slice's hash buckets (validation_buckets).
-    negative_sampling: {} without negative sampling; else the record of
-      sampling_record (rate, weights, the instability warning).
     in_memory: the training part held in memory (in_memory.InMemoryPart;
       None: it did not fit, and every epoch reads the files).
     validation_in_memory: the validation slice held in memory (None: it
       did not fit either).
   """
-  train: tf.data.Dataset
-  validation: tf.data.Dataset
   train_examples: int
   validation_examples: int
   click_rate: float
   validation_buckets: int
-  negative_sampling: Mapping[str, Any] = dataclasses.field(
-      default_factory=dict)
   in_memory: Optional[in_memory_lib.InMemoryPart] = None
   validation_in_memory: Optional[in_memory_lib.InMemoryPart] = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrainingData(HeldSplit):
+  """The held split, batched (training_data).
+
+  Attributes:
+    train: shuffled (features, label) batches of the training part.
+    validation: (features, label) batches of the validation slice.
+    negative_sampling: {} without negative sampling; else the record of
+      sampling_record (rate, weights, the instability warning).
+  """
+  train: tf.data.Dataset
+  validation: tf.data.Dataset
+  negative_sampling: Mapping[str, Any] = dataclasses.field(
+      default_factory=dict)
 
 
 def release_memory() -> None:
@@ -388,20 +397,6 @@ def training_part(train_files: List[str],
                       negative_sampling_rate=negative_sampling_rate)
 
 
-@dataclasses.dataclass(frozen=True)
-class HeldSplit:
-  """What training_data reads of the train split before it batches: the
-  parts' sizes, the training click rate, and each part held in memory
-  (None: it did not fit, and is read from the files). Free of batch size
-  and seed, so the study's runs share one (hold_split)."""
-  train_examples: int
-  validation_examples: int
-  click_rate: float
-  validation_buckets: int
-  in_memory: Optional[in_memory_lib.InMemoryPart]
-  validation_in_memory: Optional[in_memory_lib.InMemoryPart]
-
-
 def hold_split(train_files: List[str],
                tf_transform_output: tft.TFTransformOutput, label: str,
                negative_sampling_rate: float = NO_SAMPLING) -> HeldSplit:
@@ -453,8 +448,9 @@ def training_data(train_files: List[str],
   (the Evaluator, the study) scores the unsampled eval examples without
   weights, the distribution the model serves.
 
-  `held`: hold_split's of these files at this rate, read once for several
-  calls (the study's runs); None: read here. A part not held in memory is
+  `held`: hold_split's of these files at this rate (or an earlier
+  TrainingData of them), read once for several calls (the study's runs);
+  None: read here. A part not held in memory is
   read from the files every epoch (make_dataset).
   """
   if seed is not None:
@@ -472,6 +468,8 @@ def training_data(train_files: List[str],
   buckets = held.validation_buckets
   validation = held.validation_in_memory
   return TrainingData(
+      **{field.name: getattr(held, field.name)
+         for field in dataclasses.fields(HeldSplit)},
       train=training_part(train_files, tf_transform_output, label,
                           batch_size, buckets, rate, seed, held.in_memory),
       validation=(validation.batches(batch_size, shuffle=False)
@@ -479,8 +477,4 @@ def training_data(train_files: List[str],
                   make_dataset(train_files, tf_transform_output, label,
                                batch_size, shuffle=False, part="validation",
                                buckets=buckets, negative_sampling_rate=rate)),
-      train_examples=held.train_examples,
-      validation_examples=held.validation_examples,
-      click_rate=held.click_rate, validation_buckets=buckets,
-      negative_sampling=sampling, in_memory=held.in_memory,
-      validation_in_memory=validation)
+      negative_sampling=sampling)

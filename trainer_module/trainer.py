@@ -349,8 +349,9 @@ def train_replicas(settings: TrainerSettings, data: TrainingData,
   starts from the served model's replica i (train). The record is replica
   0's; with
   replicas, "replicas" lists each one's seed, epochs and best validation
-  metrics (the report's per-replica AUC); "resumed_seconds" sums every
-  fit's (the replicas', the student's).
+  metrics (the report's per-replica AUC); "earlier_seconds" sums every
+  fit's "resumed_seconds" (the replicas', the student's), the wall
+  seconds earlier attempts spent on this training.
   """
   count = settings.replicas
   replicas, records = [], []
@@ -394,9 +395,9 @@ def train_replicas(settings: TrainerSettings, data: TrainingData,
         **compare_with_ensemble(student, replicas, data.validation)}
     records.append(student_record)
     replicas = [student]
-  resumed_seconds = sum(r.get("resumed_seconds", 0.0) for r in records)
-  if resumed_seconds:
-    record["resumed_seconds"] = resumed_seconds
+  earlier_seconds = sum(r.get("resumed_seconds", 0.0) for r in records)
+  if earlier_seconds:
+    record["earlier_seconds"] = earlier_seconds
   return replicas, record
 
 

@@ -126,8 +126,10 @@ def _seeds_trained(monkeypatch, count, seed, log_dir):
     trained.append((seed, data.train, any(
         isinstance(c, keras.callbacks.TensorBoard) for c in callbacks),
                     verbose))
+    # Each fit resumed after earlier attempts' 1.5 s.
     return object(), {"epochs_run": 1, "best_epoch": 1, "best": {},
-                      "bias_shift": 0.0}
+                      "bias_shift": 0.0, "resumed_after": 1,
+                      "resumed_seconds": 1.5}
   monkeypatch.setattr(trainer, "train", fake_train)
   data = input_pipeline.TrainingData(train="as given", validation=None,
                               train_examples=10, validation_examples=1,
@@ -153,3 +155,7 @@ def test_replica_seeds_run_fn_and_study(monkeypatch, tmp_path):
   trained, record = _seeds_trained(monkeypatch, 3, 7, None)
   assert trained == [(s, f"shuffled with {s}", False, 0) for s in (7, 8, 9)]
   assert [r["seed"] for r in record["replicas"]] == [7, 8, 9]
+  # The earlier attempts' seconds of every fit (the study's train_seconds);
+  # the record's own keys stay replica 0's.
+  assert record["earlier_seconds"] == 4.5
+  assert (record["resumed_after"], record["resumed_seconds"]) == (1, 1.5)
