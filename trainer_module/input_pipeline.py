@@ -448,9 +448,8 @@ def training_data(train_files: List[str],
   (the Evaluator, the study) scores the unsampled eval examples without
   weights, the distribution the model serves.
 
-  `held`: hold_split's of these files at this rate (or an earlier
-  TrainingData of them), read once for several calls (the study's runs);
-  None: read here. A part not held in memory is
+  `held`: hold_split's of these files at this rate, read once for several
+  calls (the study's runs); None: read here. A part not held in memory is
   read from the files every epoch (make_dataset).
   """
   if seed is not None:
