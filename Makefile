@@ -14,12 +14,14 @@ RUN_DIR := runs/quickstart
 RUN_DATA := runs/data/criteo_train.txt
 RUN_ROWS := 100000
 
-.PHONY: help venv run test test-fast clean
+.PHONY: help venv run test test-fast clean flink-up flink-down
 
 help:
 	@echo "make run        run the whole pipeline on generated Criteo-layout data"
 	@echo "make test       run every test (unit and end-to-end)"
 	@echo "make test-fast  skip the slow (end-to-end, training) tests"
+	@echo "make flink-up   start a local Flink cluster for the Beam components (docs/flink.md)"
+	@echo "make flink-down stop it"
 	@echo "make clean      remove runs/ (keeps .venv)"
 
 venv: $(VENV)/.installed
@@ -50,6 +52,14 @@ test: venv
 
 test-fast: venv
 	$(PYTEST) -m "not slow"
+
+# A local Flink cluster (JobManager, TaskManager, Beam job server, SDK worker
+# pool); its ports and sizes are environment variables (kubeflow/local_flink.sh).
+flink-up: venv
+	@kubeflow/local_flink.sh start
+
+flink-down:
+	@kubeflow/local_flink.sh stop
 
 clean:
 	rm -rf runs

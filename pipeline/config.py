@@ -474,7 +474,8 @@ def beam_pipeline_args(runner: str,
                        temp_location: Optional[str] = None,
                        job_endpoint: Optional[str] = None,
                        environment_type: str = "DOCKER",
-                       environment_config: Optional[str] = None
+                       environment_config: Optional[str] = None,
+                       setup_file: Optional[str] = None
                       ) -> Tuple[str, ...]:
   """The Beam arguments of one Beam runner: the one place each set lives.
 
@@ -491,6 +492,9 @@ def beam_pipeline_args(runner: str,
     environment_type: Flink/Spark: one of BEAM_ENVIRONMENTS.
     environment_config: Flink/Spark: the SDK environment's config (DOCKER:
       the image, the default; EXTERNAL: host:port of a worker pool).
+    setup_file: Flink/Spark: the project's pyproject.toml, for workers that
+      are not the pipeline image (a local worker pool): Beam stages its
+      sdist and the workers install it (kubeflow/sdk_worker_boot.py).
 
   Returns:
     The arguments, in a fixed order.
@@ -527,4 +531,6 @@ def beam_pipeline_args(runner: str,
           f"--environment_type={environment_type}")
   if environment_config:
     args += (f"--environment_config={environment_config}",)
+  if setup_file:
+    args += (f"--setup_file={setup_file}",)
   return args

@@ -18,6 +18,7 @@ from tfx.orchestration.beam import beam_dag_runner
 
 from components.raw_example_gen import input_files
 from components.raw_example_gen import spans
+from pipeline import beam_services
 from pipeline import metadata
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_pipeline
@@ -36,7 +37,8 @@ STARTED, FINISHED = "started", "finished"
 
 
 class InputError(ValueError):
-  """The raw data path is missing, empty or holds foreign files."""
+  """The raw data path is missing, empty or holds foreign files, or a Beam
+  service the run needs is not up."""
 
 
 def check_input(config: PipelineConfig) -> None:
@@ -137,6 +139,9 @@ class BeamDagRunnerWithProgress(beam_dag_runner.BeamDagRunner):
 def run_pipeline(config: PipelineConfig) -> metadata.RunOutcome:
   """Runs the whole pipeline for `config` and returns its outcome."""
   check_input(config)
+  down = beam_services.unreachable(config.runner.beam_args)
+  if down:
+    raise InputError(down)
   os.makedirs(config.output, exist_ok=True)
   runner = (tfx.orchestration.LocalDagRunner() if config.runner.dag_runner == "local"
             else BeamDagRunnerWithProgress())
