@@ -107,12 +107,16 @@ write_conf() {  # FLINK_HOME
       -e "s/^\(  numberOfTaskSlots:\) 1$/\1 $FLINK_SLOTS/" \
       -e "s/^\(  default:\) 1$/\1 $FLINK_SLOTS/" \
       -e "s/^\(      size:\) 1600m$/\1 1024m/" \
-      -e "s/^\(      size:\) 1728m$/\1 2048m/" \
+      -e "s/^\(      size:\) 1728m$/\1 4096m/" \
       "$1/conf/config.yaml" >"$CLUSTER/conf/config.yaml"
   cat >>"$CLUSTER/conf/config.yaml" <<EOF
 # This cluster's REST port and restart strategy (a TaskManager lost during a
-# job: the job restarts, up to 3 times, 10 s apart).
+# job: the job restarts, up to 3 times, 10 s apart). StatisticsGen's and
+# Transform's Beam graphs hold many shuffles at once: the default network
+# memory (a tenth of the TaskManager) runs out of buffers.
 rest.port: $FLINK_REST_PORT
+taskmanager.memory.network.min: 1536mb
+taskmanager.memory.network.max: 1536mb
 restart-strategy.type: fixed-delay
 restart-strategy.fixed-delay.attempts: 3
 restart-strategy.fixed-delay.delay: 10 s

@@ -60,6 +60,21 @@ def test_a_read_only_dir_and_exhausted_memory():
                         ).startswith("out of memory: ")
 
 
+def test_a_job_the_cluster_failed_names_the_component_and_the_reason():
+  # Beam's portable runner, on a Flink job that ran out of network buffers.
+  line = faults.describe(_wrapped(RuntimeError(
+      "Pipeline BeamApp-root-1129085315-d21d1d20_af4167f9-5b8c-4990-a6e6-"
+      "6c554a9c69e5 failed in state FAILED: java.io.IOException: "
+      "Insufficient number of network buffers: required 512, but only 491 "
+      "available."), "Transform"), "/out")
+  assert line == (
+      "the Beam cluster's job BeamApp-root-1129085315-d21d1d20 in Transform "
+      "ended FAILED: java.io.IOException: Insufficient number of network "
+      "buffers: required 512, but only 491 available (the cluster's logs "
+      "say more); the components that finished are kept: re-run the same "
+      "command to resume")
+
+
 def test_other_errors_are_not_faults_of_the_machine():
   assert faults.describe(ValueError("bad row"), "/out") is None
   assert faults.describe(_wrapped(KeyError("x"), "Trainer"), "/out") is None
