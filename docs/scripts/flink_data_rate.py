@@ -1,0 +1,139 @@
+"""Rows/s from ExampleGen to the end of Transform, on Flink and in process,
+with the peak memory of every process (docs/flink.md, docs/benchmark_data.md).
+
+    python docs/scripts/flink_data_rate.py --rows 1000000 --engine flink
+    python docs/scripts/flink_data_rate.py --rows 1000000 --engine local
+
+Generates N Criteo-layout rows (seed 0, once per N), runs `pipeline run` on
+them in a fresh output directory, and stops it (SIGTERM) once Transform is
+done: the data path is what is measured. The seconds are the wall time from
+the run's start to Transform's end, less the import time before the first
+component starts. Memory: the resident set of the run's own process tree,
+and with --engine flink of each of the local cluster's processes
+(kubeflow/local_flink.sh's pid files: the JobManager, the TaskManagers, the
+job server, and the worker pool with its SDK workers), sampled every 0.5 s.
+One markdown row per call is appended to --doc.
+"""
+
+import argparse
+import datetime
+import glob
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Dict, List
+
+import psutil
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__))))
+CLUSTER = os.path.join(ROOT, "runs", "flink-cluster")
+FLINK_ARGS = ("--beam-runner", "flink", "--job-endpoint", "localhost:8099",
+              "--environment-type", "EXTERNAL", "--environment-config",
+              "localhost:50000")
+
+
+def _tree_rss(process: psutil.Process) -> int:
+  total = 0
+  for p in [process] + process.children(recursive=True):
+    try:
+      total += p.memory_info().rss
+    except psutil.Error:
+      pass
+  return total
+
+
+def _cluster_processes() -> Dict[str, psutil.Process]:
+  """The cluster's processes by role, from the script's pid files."""
+  found = {}
+  for path in sorted(glob.glob(os.path.join(CLUSTER, "*.pid"))):
+    name = os.path.basename(path)[:-4]
+    for i, pid in enumerate(open(path).read().split()):
+      role = {"jobmanager": "JobManager", "jobserver": "job server",
+              "workers": "worker pool + SDK workers"}.get(name)
+      if role is None and "taskexecutor" in name:
+        role = f"TaskManager {i + 1}"
+      if role and psutil.pid_exists(int(pid)):
+        found.setdefault(role, psutil.Process(int(pid)))
+  return found
+
+
+def measure(rows: int, engine: str, work: str) -> Dict[str, object]:
+  data = os.path.join(work, f"criteo_{rows}.txt")
+  if not os.path.exists(data):
+    subprocess.run([sys.executable, "-m", "pipeline", "generate", "--format",
+                    "criteo", "--rows", str(rows), "--seed", "0", "--out",
+                    data], check=True, cwd=ROOT)
+  output = os.path.join(work, f"{engine}_{rows}_{int(time.time())}")
+  command = [sys.executable, "-m", "pipeline", "run", "--dataset", "criteo",
+             "--data", data, "--output", output, "--epochs", "1"]
+  if engine == "flink":
+    command += FLINK_ARGS
+  processes = _cluster_processes() if engine == "flink" else {}
+  peaks = {role: 0 for role in ["pipeline run"] + list(processes)}
+  start = time.time()
+  run = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+  processes["pipeline run"] = psutil.Process(run.pid)
+  stop = threading.Event()
+
+  def sample():
+    while not stop.is_set():
+      for role, process in processes.items():
+        peaks[role] = max(peaks[role], _tree_rss(process))
+      stop.wait(0.5)
+
+  sampler = threading.Thread(target=sample, daemon=True)
+  sampler.start()
+  first_component = transform_done = None
+  lines: List[str] = []
+  for line in run.stdout:
+    lines.append(line)
+    if first_component is None and line.rstrip().endswith(" ..."):
+      first_component = time.time()
+    if re.match(r"Transform done in", line):
+      transform_done = time.time()
+      os.killpg(run.pid, signal.SIGTERM)
+      break
+  stop.set()
+  sampler.join()
+  run.wait()
+  if transform_done is None:
+    raise SystemExit("the run ended before Transform did:\n" +
+                     "".join(lines[-20:]))
+  seconds = transform_done - first_component
+  return {"rows": rows, "engine": engine, "seconds": seconds,
+          "rows_per_second": rows / seconds, "peaks": peaks}
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--rows", type=int, required=True)
+  parser.add_argument("--engine", choices=("flink", "local"), required=True)
+  parser.add_argument("--work", default=os.path.join(ROOT, "runs",
+                                                     "flink_data_rate"))
+  parser.add_argument("--doc", default=os.path.join(ROOT, "docs",
+                                                    "flink_data_rate.md"))
+  args = parser.parse_args()
+  os.makedirs(args.work, exist_ok=True)
+  result = measure(args.rows, args.engine, args.work)
+  commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True, cwd=ROOT
+                          ).stdout.strip()
+  memory = ", ".join(f"{role} {peak / 2**30:.2f} GiB"
+                     for role, peak in result["peaks"].items())
+  row = (f"| {args.rows:,} | {args.engine} | {result['seconds']:.0f} | "
+         f"{result['rows_per_second']:,.0f} | {memory} | "
+         f"{datetime.date.today()} {commit} |\n")
+  with open(args.doc, "a") as doc:
+    doc.write(row)
+  print(row, end="")
+
+
+if __name__ == "__main__":
+  main()
