@@ -146,8 +146,10 @@ start() {
       die "the JobManager did not start (logs: $CLUSTER/logs)"
     wait_for_port "$FLINK_REST_PORT" "the Flink JobManager" 60
   fi
+  # A TaskManager that died (a lost machine) is replaced: Flink's restart
+  # strategy then re-runs its jobs on the new one.
   local have want=$FLINK_TASKMANAGERS
-  have=$(taskmanagers)
+  have=$(live_taskmanagers)
   while [ "$have" -lt "$want" ]; do
     "$home/bin/taskmanager.sh" start >/dev/null
     have=$((have + 1))
@@ -175,6 +177,14 @@ start() {
   wait_for_taskmanagers "$want"
   echo "Flink $FLINK_VERSION up: http://localhost:$FLINK_REST_PORT, $want TaskManager(s) x $FLINK_SLOTS slots"
   echo "run on it:  .venv/bin/python -m pipeline run ... --beam-runner flink --job-endpoint localhost:$BEAM_JOB_PORT --environment-type EXTERNAL --environment-config localhost:$BEAM_WORKER_POOL_PORT"
+}
+
+live_taskmanagers() {
+  local pid count=0
+  for pid in $(cat "$CLUSTER"/flink-*-taskexecutor.pid 2>/dev/null); do
+    kill -0 "$pid" 2>/dev/null && count=$((count + 1))
+  done
+  echo "$count"
 }
 
 taskmanagers() {
