@@ -21,14 +21,14 @@ from ml_metadata.proto import metadata_store_pb2
 from sklearn.metrics import roc_auc_score
 from tfx import v1 as tfx
 
-from commands import cli
-from commands import generate
-from commands import console
-from commands import report_reading
+from commands.cli import console
+from commands.cli import main as cli
+from commands.report import reading as report_reading
+from commands.synthetic import generate
 from components import gate_metrics
 from conftest import run_command
 from pipeline import metadata
-from pipeline import runner
+from pipeline import progress
 from trainer_module import contract
 from trainer_module import features
 
@@ -137,11 +137,11 @@ def test_console_shows_progress_and_the_headline_and_logs_the_rest(
   dataset, data, output, code, console_output = finished_run
   assert code == 0, console_output
   lines = console_output.splitlines()
-  progress = [l for l in lines if re.fullmatch(
+  components = [l for l in lines if re.fullmatch(
       r"(\w+) (\.\.\.|done in \d+\.\d s)", l)]
   for component in COMPONENTS:
-    assert f"{component} ..." in progress, console_output
-    assert any(l.startswith(f"{component} done in ") for l in progress)
+    assert f"{component} ..." in components, console_output
+    assert any(l.startswith(f"{component} done in ") for l in components)
   skipped = [l for l in lines if l.startswith(
       "warning: skipping, not training data: ")]
   assert [l.split(": ")[2] for l in skipped] == [
@@ -173,9 +173,9 @@ def test_console_shows_progress_and_the_headline_and_logs_the_rest(
   assert all(f"{c} " in headline[4] for c in COMPONENTS)
   assert headline[5] == f"report:     {output / 'report' / 'index.html'}"
   library = [l for l in lines
-             if l not in progress + skipped + headline + noise]
+             if l not in components + skipped + headline + noise]
   assert len(library) <= MAX_LIBRARY_LINES, library
-  log = (output / console.LOG_FILE).read_text()
+  log = (output / progress.LOG_FILE).read_text()
   assert "Could not find cuda drivers" in log or "oneDNN" in log
   assert "WARNING:absl:" in log and len(log.splitlines()) > 100
 
@@ -358,7 +358,7 @@ def test_rerun_reuses_cache_and_the_gate_blocks_a_model_below_the_floor(
   first = output / "serving" / before[0] / "saved_model.pb"
   stamp = first.stat().st_mtime_ns
   assert run_cli(dataset, data, output, "--min-auc", "0.99") == (
-      runner.EXIT_NOT_PUSHED)
+      progress.EXIT_NOT_PUSHED)
   out = capsys.readouterr().out
   assert "not pushed: auc 0." in out
   assert ("its 95% interval is entirely below the minimum 0.9900 (Overall)"
