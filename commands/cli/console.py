@@ -16,6 +16,7 @@ import logging
 import os
 import re
 import sys
+import threading
 import time
 from typing import Dict, Iterator, Optional, TextIO
 
@@ -39,6 +40,15 @@ _LOG_TAIL_BYTES = 16 << 10
 # Keras' epoch header and the training step's rate line (trainer_module).
 _EPOCH = re.compile(r"^Epoch (\d+/\d+)$", re.MULTILINE)
 _RATE = re.compile(r"^Epoch \d+: ([\d,]+ examples/s)", re.MULTILINE)
+# The same line, whole, with the validation AUC it ends with when the epoch
+# validated (trainer_module.callbacks.ThroughputLogger).
+_FINISHED_EPOCH = re.compile(
+    r"^Epoch (\d+): ([\d,]+ examples/s)[^\n]*?(?:, val_auc (\d\.\d+))?$",
+    re.MULTILINE)
+# Without a terminal: how often the run log is read for finished epochs, and
+# how long a component runs without a line before one says it still runs.
+POLL_SECONDS = 2.0
+HEARTBEAT_SECONDS = 300.0
 
 
 @contextlib.contextmanager
@@ -117,11 +127,76 @@ class _LatestEpochColumn(ProgressColumn):
                           rates[-1:]))
 
 
+class _PlainEpochs:
+  """Without a terminal (nohup, CI, a scheduler's log), one line per
+  finished Trainer epoch, read from the run log, and a line when a
+  component has run HEARTBEAT_SECONDS without one: a log that stays silent
+  for the 20 minutes of a long run looks like a hung one."""
+
+  def __init__(self, console: Console, log_path: str,
+               running: Dict[str, float]):
+    self._console = console
+    self._log_path = log_path
+    self._running = running  # Component -> its start (monotonic).
+    # Earlier runs' epochs (the log is appended to) are not ours.
+    self._offset = (os.path.getsize(log_path) if os.path.exists(log_path)
+                    else 0)
+    self._last_line = time.monotonic()
+    self._stop = threading.Event()
+    self._reading = threading.Lock()  # The watcher's and emit's calls.
+    self._thread = threading.Thread(target=self._watch, daemon=True)
+
+  def start(self) -> None:
+    self._thread.start()
+
+  def stop(self) -> None:
+    self._stop.set()
+    self._thread.join()
+    self.print_finished_epochs()
+
+  def said(self) -> None:
+    """A line was printed: the heartbeat waits from now."""
+    self._last_line = time.monotonic()
+
+  def _watch(self) -> None:
+    while not self._stop.wait(POLL_SECONDS):
+      self.print_finished_epochs()
+      self.print_heartbeat()
+
+  def print_finished_epochs(self) -> None:
+    """Prints the epochs finished since the last call (whole lines only),
+    as the latest started component's."""
+    with self._reading:
+      if not os.path.exists(self._log_path):
+        return
+      with open(self._log_path, "rb") as log:
+        log.seek(self._offset)
+        text = log.read()
+      text = text[:text.rfind(b"\n") + 1]
+      self._offset += len(text)
+      running = list(self._running)
+      node = running[-1] if running else "training"
+      for epoch, rate, auc in _FINISHED_EPOCH.findall(
+          text.decode("utf-8", "replace")):
+        self._console.print(f"{node} epoch {epoch}: {rate}"
+                            + (f", validation AUC {auc}" if auc else ""))
+        self.said()
+
+  def print_heartbeat(self) -> None:
+    now = time.monotonic()
+    if self._running and now - self._last_line >= HEARTBEAT_SECONDS:
+      for node, started in list(self._running.items()):
+        self._console.print(f"{node} still running "
+                            f"({(now - started) / 60:.0f} min)")
+      self.said()
+
+
 class ComponentProgress(logging.Handler):
   """Each component's start and end with its time, from the runner's
   progress records (pipeline.progress.PROGRESS_LOGGER): on a terminal a live
   line per component with a spinner, the elapsed time and, in training,
-  the latest epoch (rich); otherwise plain lines."""
+  the latest epoch (rich); otherwise plain lines, one per finished epoch
+  too (_PlainEpochs)."""
 
   def __init__(self, console: Console, log_path: Optional[str]):
     super().__init__(logging.INFO)
@@ -136,15 +211,21 @@ class ComponentProgress(logging.Handler):
                                redirect_stdout=False, redirect_stderr=False)
                       if console.is_terminal else None)
     self._tasks: Dict[str, TaskID] = {}
+    self._plain_epochs = (_PlainEpochs(console, log_path, self._started)
+                          if log_path and not console.is_terminal else None)
 
   def __enter__(self) -> "ComponentProgress":
     if self._progress:
       self._progress.start()
+    if self._plain_epochs:
+      self._plain_epochs.start()
     return self
 
   def __exit__(self, *_) -> None:
     if self._progress:
       self._progress.stop()
+    if self._plain_epochs:
+      self._plain_epochs.stop()
 
   def emit(self, record: logging.LogRecord) -> None:
     node = getattr(record, "node", None)
@@ -158,8 +239,10 @@ class ComponentProgress(logging.Handler):
         self._tasks[node] = self._progress.add_task(
             node, total=None, log_offset=self._epochs.log_size())
       else:
-        self._console.print(f"{node} ...")
+        self._print(f"{node} ...")
       return
+    if self._plain_epochs:  # Its last epochs before its end.
+      self._plain_epochs.print_finished_epochs()
     line = f"{node} done in {time.monotonic() - self._started.pop(node):.1f} s"
     if getattr(record, "summary", None):
       line += f": {record.summary}"
@@ -168,7 +251,13 @@ class ComponentProgress(logging.Handler):
       self._progress.update(task, description=line, total=1, completed=1)
       self._progress.stop_task(task)
     else:
-      self._console.print(line)
+      self._print(line)
+
+  def _print(self, line: str) -> None:
+    """A plain line (no terminal)."""
+    if self._plain_epochs:
+      self._plain_epochs.said()
+    self._console.print(line)
 
 
 @contextlib.contextmanager

@@ -142,6 +142,16 @@ def test_console_shows_progress_and_the_headline_and_logs_the_rest(
   for component in COMPONENTS:
     assert f"{component} ..." in components, console_output
     assert any(l.startswith(f"{component} done in ") for l in components)
+  # Piped, not a terminal: a line per finished epoch of each of the
+  # Trainer's fits (--epochs 2; replicas, distillation), between its start
+  # and its end (commands.cli.console._PlainEpochs).
+  epochs = [l for l in lines if re.fullmatch(
+      r"Trainer epoch \d+: [\d,]+ examples/s, validation AUC \d\.\d{4}", l)]
+  assert len(epochs) >= 2 and epochs[0].startswith("Trainer epoch 1: "), (
+      console_output)
+  assert (lines.index("Trainer ...") < lines.index(epochs[0]) and
+          lines.index(epochs[-1]) < min(i for i, l in enumerate(lines)
+                                        if l.startswith("Trainer done in ")))
   skipped = [l for l in lines if l.startswith(
       "warning: skipping, not training data: ")]
   assert [l.split(": ")[2] for l in skipped] == [
@@ -173,7 +183,7 @@ def test_console_shows_progress_and_the_headline_and_logs_the_rest(
   assert all(f"{c} " in headline[4] for c in COMPONENTS)
   assert headline[5] == f"report:     {output / 'report' / 'index.html'}"
   library = [l for l in lines
-             if l not in components + skipped + headline + noise]
+             if l not in components + epochs + skipped + headline + noise]
   assert len(library) <= MAX_LIBRARY_LINES, library
   log = (output / progress.LOG_FILE).read_text()
   assert "Could not find cuda drivers" in log or "oneDNN" in log
