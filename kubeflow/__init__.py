@@ -8,6 +8,6 @@
 - README.md: building the image, uploading, GPUs, several machines.
 
 Layering: commands -> kubeflow -> pipeline -> components -> trainer_module.
-The commands (commands/kfp.py) only parse the flags; nothing below imports
-this package. Its tests are tests/kubeflow/.
+The commands (flags in commands/cli/kubeflow_flags.py, handlers in
+commands/runs/kfp.py) call it; nothing below imports this package. Its tests are tests/kubeflow/.
 """

@@ -418,7 +418,7 @@ def noise_passes(evaluation_uri: str) -> Tuple[str, ...]:
 def read_outcome_at(metadata_path: str) -> RunOutcome:
   """The latest artifacts in the metadata store at `metadata_path`.
 
-  Needs no PipelineConfig, so a finished run can be read (commands.report)
+  Needs no PipelineConfig, so a finished run can be read (commands.report.pages)
   from its output directory alone.
   """
   store = open_store(metadata_path)

@@ -27,8 +27,8 @@ from components import prediction_difference
 from components.evaluator import Evaluator
 from components.baseline import LatestPushedModel
 from components.pusher import Pusher
-from components.raw_example_gen import RawCtrExampleGen
 from components.raw_example_gen import spans
+from components.raw_example_gen.component import RawCtrExampleGen
 from components.span_window import SpanWindow
 from components.statistics_gen import StatisticsGen
 from components.strict_example_validator import StrictExampleValidator
@@ -297,7 +297,7 @@ def create_pipeline(config: PipelineConfig,
   """The TFX pipeline for `config`, runner-agnostic.
 
   until_transform=True ends it at Transform: tools that train many models on
-  one transformed dataset (commands.study) run the same ingestion/Transform.
+  one transformed dataset (commands.experiments.study) run the same ingestion/Transform.
   """
   input_base, pattern = split_input(config.data)
   example_gen = RawCtrExampleGen(

@@ -21,8 +21,8 @@ CRITEO_EXAMPLE_ROWS = 3000
 # longest first instead, the pipeline tests ran beside each other and the
 # suite took 17% longer (docs/tests.md, fifth round).
 SHARED_FIXTURE_GROUPS = {
-    "tests/commands/test_study.py": "criteo_study_dir",
-    "tests/commands/test_benchmark.py": "criteo_study_dir",
+    "tests/commands/experiments/test_study.py": "criteo_study_dir",
+    "tests/commands/experiments/test_benchmark.py": "criteo_study_dir",
     "tests/components/test_statistics_gen.py": "criteo_examples",
     "tests/components/test_tf_example_reader.py": "criteo_examples",
     "tests/components/test_transform.py": "criteo_examples",
@@ -117,7 +117,7 @@ def criteo_study_dir(tmp_path_factory):
   """(data DIR, work DIR): STUDY_ROWS generated Criteo rows, and a work DIR
   whose pipeline DIR, work/pipeline (`benchmark --work-dir`'s layout),
   holds their ExampleGen and Transform, run once as `study` and
-  `benchmark` run them (commands.study_data.transform_once). A study given
+  `benchmark` run them (commands.experiments.study_data.transform_once). A study given
   `--data` and `--output work/pipeline`, or a benchmark given `--data` and
   `--work-dir work`, finds them in the cache instead of re-running them.
   The study tests keep their results apart (`study --results`), so none

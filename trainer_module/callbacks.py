@@ -14,6 +14,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from trainer_module import contract
+
 
 class NonFiniteLossError(FloatingPointError):
   """The training loss became NaN or infinite: the run is unusable."""
@@ -96,9 +98,14 @@ class ThroughputLogger(keras.callbacks.Callback):
     self.timed_seconds = self._last_step_end[0] - self._start[0]
     self.timed_cpu_seconds = self._last_step_end[1] - self._start[1]
     rate = self.timed_steps * self.batch_size / self.timed_seconds
+    # The validation AUC, when this epoch validated: a console without a
+    # terminal prints this line as the epoch's (commands.cli.console).
+    auc = (logs or {}).get(contract.OBJECTIVE)
     print(f"Epoch {epoch + 1}: {rate:,.0f} examples/s "
           f"({self.timed_steps} steps of batch {self.batch_size} in "
-          f"{self.timed_seconds:.2f} s)", flush=True)
+          f"{self.timed_seconds:.2f} s)"
+          + (f", {contract.OBJECTIVE} {float(auc):.4f}" if auc is not None
+             else ""), flush=True)
     if logs is not None:
       logs["examples_per_second"] = rate
       logs["examples_per_cpu_second"] = (

@@ -16,9 +16,10 @@ import hashlib
 import itertools
 import json
 import os
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-import numpy as np
+if TYPE_CHECKING:  # Imported where PD is computed: the CLI's parser reads
+  import numpy as np  # these names and should not wait for numpy.
 
 # Name of the serving signature's output (the Evaluator reads it).
 PREDICTION_KEY = "probability"
@@ -61,10 +62,11 @@ REPLICA_PD = "replica_prediction_difference"
 BASELINE_PD = "prediction_difference_vs_baseline"
 
 
-def relative_differences(first: np.ndarray, second: np.ndarray
-                        ) -> np.ndarray:
+def relative_differences(first: "np.ndarray", second: "np.ndarray"
+                        ) -> "np.ndarray":
   """Per example |y1 - y2| / ((y1 + y2) / 2); 0 where both are 0 (the same
   prediction)."""
+  import numpy as np  # pylint: disable=g-import-not-at-top,redefined-outer-name
   first = np.asarray(first, np.float64)
   second = np.asarray(second, np.float64)
   mean = (first + second) / 2
@@ -72,10 +74,11 @@ def relative_differences(first: np.ndarray, second: np.ndarray
                    out=np.zeros_like(mean), where=mean > 0)
 
 
-def prediction_difference(predictions: Sequence[np.ndarray],
-                          weights: Optional[np.ndarray] = None) -> float:
+def prediction_difference(predictions: Sequence["np.ndarray"],
+                          weights: Optional["np.ndarray"] = None) -> float:
   """PD of two or more models' predictions of the same examples: the
   (weighted) mean relative difference, averaged over all model pairs."""
+  import numpy as np  # pylint: disable=g-import-not-at-top,redefined-outer-name
   if len(predictions) < 2:
     raise ValueError("PD compares at least two models' predictions, got "
                      f"{len(predictions)}")

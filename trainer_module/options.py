@@ -5,7 +5,7 @@ Trainer's (settings.TrainerSettings with its StepOptions and ModelOptions,
 settings.TuningSettings) and the pipeline's (pipeline.config: ingestion,
 gate, runner). `option()`
 makes such a field and records beside its default what its flag needs: the
-help, the choices, how to parse the text. commands/flags.py builds the
+help, the choices, how to parse the text. commands/cli/flags.py builds the
 argparse groups from these fields and reads them back, and `check_choices`
 validates every choice field, so the name, the default and the choices of a
 setting are written in one place. `group()` nests a settings dataclass in

@@ -470,7 +470,7 @@ class TuningSettings:
     trials: the trial budget.
     search_space: bounds replacing the default ones, by name (see
       trainer_module.search_space: [low, high], choices, or a fixed value).
-      Its flag names a JSON file (commands.flags reads it).
+      Its flag names a JSON file (commands.cli.flags reads it).
     tune_model_size: also search embedding_dim, dnn_units and dnn_layers.
     hparams_from: a directory holding only best_hyperparameters.txt (a
       Tuner's best_hyperparameters artifact) that the Trainer uses instead

@@ -17,17 +17,14 @@ kubeflow/README.md).
 """
 
 import dataclasses
+import glob
 import os
 import re
-from typing import Optional, Tuple
+from typing import Any, Optional, Tuple
 
-from tfx.components.example_gen import input_processor
-from tfx.components.example_gen import utils
-from tfx.dsl.io import fileio
-from tfx.proto import example_gen_pb2
-from tfx.proto import range_config_pb2
-
-SPAN = utils.SPAN_SPEC  # "{SPAN}"
+# TFX's utils.SPAN_SPEC (a test checks), written out so that the pattern
+# checks of the command line import no TFX; what resolves spans imports it.
+SPAN = "{SPAN}"
 LATEST = "latest"
 ROLLING = "rolling:"
 
@@ -77,9 +74,9 @@ def window_days(choice: Optional[str]) -> int:
   return parse_span_choice(choice).days
 
 
-def range_config(choice: Optional[str]
-                ) -> Optional[range_config_pb2.RangeConfig]:
+def range_config(choice: Optional[str]) -> Optional[Any]:
   """ExampleGen's RangeConfig for a --span choice (None: the latest)."""
+  from tfx.proto import range_config_pb2  # pylint: disable=g-import-not-at-top
   number = parse_span_choice(choice).span
   if number is None:
     return None
@@ -91,32 +88,49 @@ def range_config(choice: Optional[str]
 def split_span_path(path: str) -> Tuple[str, str]:
   """(input_base, pattern) of a path with {SPAN}: the base is the folder
   above the first part that holds {SPAN} (TFX matches spans below the input
-  base), and a path ending in '/' reads every file of the span's folder."""
+  base). A matched folder means its files, with or without the trailing
+  '/' (`logs/day-{SPAN}` reads the files of logs/day-1/, as
+  `logs/day-{SPAN}/` does); a URI is not looked at, so there the '/' says
+  it."""
   head, _, _ = path.partition(SPAN)
-  base = head.rpartition("/")[0]
+  base = head.rpartition("/")[0] or "."
   pattern = path[len(base):].lstrip("/")
   if pattern.endswith("/"):
     pattern += "*"
-  return base or ".", pattern
+  elif "://" not in path and _matches_folders(base, pattern):
+    pattern += "/*"
+  return base, pattern
+
+
+def _matches_folders(input_base: str, pattern: str) -> bool:
+  """Whether a local path of any span that `pattern` matches is a folder."""
+  return any(os.path.isdir(path) for path in glob.iglob(
+      os.path.join(input_base, pattern.replace(SPAN, "*"))))
 
 
 def found_spans(input_base: str, pattern: str) -> Tuple[int, ...]:
   """The span numbers of the paths that match `pattern` under input_base."""
-  glob = os.path.join(input_base, pattern.replace(SPAN, "*"))
+  from tfx.dsl.io import fileio  # pylint: disable=g-import-not-at-top
+  paths = os.path.join(input_base, pattern.replace(SPAN, "*"))
   regex = re.compile(re.escape(os.path.join(input_base, pattern)).replace(
       re.escape(SPAN), r"(\d+)").replace(r"\*", "[^/]*"))
-  return tuple(sorted({int(m.group(1)) for path in fileio.glob(glob)
+  return tuple(sorted({int(m.group(1)) for path in fileio.glob(paths)
                        for m in [regex.fullmatch(path)] if m}))
 
 
 def resolve(input_base: str, pattern: str,
-            config: Optional[range_config_pb2.RangeConfig]) -> ResolvedSpan:
-  """The span TFX's driver would pick, and its pattern with the span in.
+            config: Optional[Any]) -> ResolvedSpan:
+  """The span TFX's driver would pick, and its pattern with the span in
+  (`config`: a RangeConfig, None for the latest).
 
   Raises:
     ValueError: no path matches the pattern, or the range's span is not
       among them (naming the pattern and the spans found).
   """
+  # pylint: disable=g-import-not-at-top
+  from tfx.components.example_gen import input_processor
+  from tfx.proto import example_gen_pb2
+  # pylint: enable=g-import-not-at-top
   splits = [example_gen_pb2.Input.Split(name="single_split", pattern=pattern)]
   processor = input_processor.FileBasedInputProcessor(input_base, splits,
                                                       config)
@@ -138,6 +152,7 @@ def resolve(input_base: str, pattern: str,
 def span_files(data: str, choice: Optional[str]) -> Tuple[str, Tuple[str, ...]]:
   """(the chosen span's path pattern, its files, sorted) of a local `data`
   path with {SPAN}, as ExampleGen will read them (resolve's errors)."""
+  from tfx.dsl.io import fileio  # pylint: disable=g-import-not-at-top
   base, pattern = split_span_path(data)
   where = os.path.join(base, resolve(base, pattern,
                                      range_config(choice)).pattern)

@@ -17,9 +17,9 @@ import tempfile
 
 import numpy as np
 
-from commands import generate
-from commands import synthetic_profile
-from commands import synthetic_world
+from commands.synthetic import generate
+from commands.synthetic import profile as synthetic_profile
+from commands.synthetic import world as synthetic_world
 from trainer_module import features
 
 

@@ -36,12 +36,12 @@ from sklearn.metrics import roc_auc_score
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from commands import cli
-from commands import generate
-from commands import report_reading
+from commands.cli import main as cli
+from commands.report import reading as report_reading
+from commands.synthetic import generate
 from components import span_window
 from pipeline import metadata
-from pipeline import runner
+from pipeline import progress
 from trainer_module import features
 from trainer_module import warm_start
 # pylint: enable=g-import-not-at-top,wrong-import-position
@@ -223,7 +223,7 @@ def main():
         continue
       began = time.perf_counter()
       code = cli.main(common + ["--span", span] + extra)
-      if code not in (0, runner.EXIT_NOT_PUSHED):
+      if code not in (0, progress.EXIT_NOT_PUSHED):
         raise SystemExit(f"day {day} ({start}) failed: exit {code}")
       rows.append(_row(day, start, output, time.perf_counter() - began))
       _write_rows(args.results, rows)

@@ -17,7 +17,7 @@ import os
 import statistics
 import sys
 
-from commands import study_results
+from commands.experiments import study_results
 
 
 def _rows(directory):

@@ -1,6 +1,6 @@
 """Prints docs/generator.md's tables: the generator's expected id counts at
 the full Kaggle size against the published ones, and the shares of the click
-signal by id frequency (commands/synthetic_profile.py; closed form).
+signal by id frequency (commands/synthetic/profile.py; closed form).
 
   PYTHONPATH=. .venv/bin/python docs/scripts/generator_profile.py
 """

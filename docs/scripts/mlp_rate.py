@@ -5,9 +5,9 @@ Times, in bf16 and float32 at one batch size (best of 3 rounds of 10):
   * each matrix product of the MLP's shapes alone (DeepFM on Criteo with
     the default options: 26 fields x 10 + 13 dense = 273 inputs,
     400-400-400), and the benchmark's own peak
-    (commands.benchmark.matmul_peak_gflops);
+    (commands.experiments.benchmark.matmul_peak_gflops);
   * the model's own DNN (models.dnn_layers, then the 1-unit logit layer)
-    forward and backward, as commands.benchmark.component_seconds times it.
+    forward and backward, as commands.experiments.benchmark.component_seconds times it.
 
   PYTHONPATH=. .venv/bin/python docs/scripts/mlp_rate.py BATCH
 """
@@ -18,7 +18,7 @@ import time
 import keras
 import tensorflow as tf
 
-from commands import benchmark
+from commands.experiments import benchmark
 from trainer_module import features
 from trainer_module import models
 

@@ -29,7 +29,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from commands import study_data
+from commands.experiments import study_data
 from pipeline.config import PipelineConfig
 from trainer_module import input_pipeline
 from trainer_module import trainer

@@ -1,6 +1,6 @@
 """Op-level profile of the Trainer's step, for docs/benchmark.md.
 
-Times one benchmark case (commands.benchmark.time_training_step, on FIXED
+Times one benchmark case (commands.experiments.benchmark.time_training_step, on FIXED
 batches: the step alone) with TensorFlow's profiler tracing steps 5 to 9,
 and prints the traced ops' time per step, by op type and by op, summed over
 the host's threads. Ops run side by side on the cores (TensorFlow's
@@ -24,7 +24,7 @@ import keras
 import tensorflow as tf
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-from commands import benchmark
+from commands.experiments import benchmark
 from trainer_module import features
 from trainer_module import models
 

@@ -7,7 +7,7 @@ import tensorflow as tf
 import tensorflow_model_analysis as tfma
 from sklearn.metrics import roc_auc_score
 
-from commands.study_evaluation import study_eval_config
+from commands.experiments.study_evaluation import study_eval_config
 from components import gate_metrics
 from pipeline import metadata
 from pipeline.config import PipelineConfig

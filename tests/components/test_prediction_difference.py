@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_model_analysis as tfma
 
-from commands.study_evaluation import study_eval_config
+from commands.experiments.study_evaluation import study_eval_config
 from components import prediction_difference as pd_lib
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_eval_config

@@ -15,8 +15,8 @@ from tfx.orchestration.beam import beam_dag_runner
 from tfx.orchestration.local import local_dag_runner
 from tfx.utils import io_utils
 
-from components.raw_example_gen import RawCtrExampleGen
-from components.raw_example_gen import SUMMARY_FILE_NAME
+from components.raw_example_gen.component import RawCtrExampleGen
+from components.raw_example_gen.executor import SUMMARY_FILE_NAME
 from trainer_module import features
 
 SAMPLES = pathlib.Path(__file__).resolve().parents[2] / "data" / "samples"

@@ -10,8 +10,8 @@ import pytest
 from tfx.types import artifact_utils
 from tfx.types import standard_artifacts
 
-from commands import generate
-from commands import study_data
+from commands.experiments import study_data
+from commands.synthetic import generate
 from components import span_window
 from components.raw_example_gen import spans
 from pipeline import config as config_lib

@@ -16,7 +16,9 @@ from typing import Dict, List, Tuple
 import pytest
 import yaml
 
-from commands import kfp
+from commands.cli import beam_flags
+from commands.cli import kubeflow_flags
+from commands.runs import kfp
 from kubeflow import compiler
 from kubeflow import run_compiled
 from pipeline import config as config_lib
@@ -43,13 +45,13 @@ BEAM_COMPONENTS = ("RawCtrExampleGen", "StatisticsGen", "Transform",
 
 def parse(argv: List[str]) -> argparse.Namespace:
   parser = argparse.ArgumentParser()
-  kfp.add_compile_parser(parser.add_subparsers(dest="command"))
+  kubeflow_flags.add_compile_parser(parser.add_subparsers(dest="command"))
   return parser.parse_args(["compile-kubeflow", *argv])
 
 
 def compile_to(path: str, argv: List[str]) -> Dict:
   args = parse(["--output", path, *argv])
-  assert args.handler(args) == 0
+  assert kfp.compile_spec(args) == 0
   with open(path, encoding="utf-8") as spec_file:
     return yaml.safe_load(spec_file)
 
@@ -228,10 +230,11 @@ def test_compiling_twice_gives_the_same_file(spec_path, tmp_path):
 def test_another_process_gives_the_same_file(spec_path, tmp_path):
   """Other hash seed, other working directory: still byte-identical."""
   out = str(tmp_path / "other.yaml")
-  code = ("import sys; from commands import kfp; "
+  code = ("import sys; from commands.cli import kubeflow_flags; "
+          "from commands.runs import kfp; "
           "import argparse; p = argparse.ArgumentParser(); "
-          "kfp.add_compile_parser(p.add_subparsers()); "
-          "a = p.parse_args(sys.argv[1:]); sys.exit(a.handler(a))")
+          "kubeflow_flags.add_compile_parser(p.add_subparsers()); "
+          "a = p.parse_args(sys.argv[1:]); sys.exit(kfp.compile_spec(a))")
   env = {**os.environ, "PYTHONHASHSEED": "12345", "TF_USE_LEGACY_KERAS": "0"}
   subprocess.run([sys.executable, "-c", code, "compile-kubeflow", "--output",
                   out, *ARGS], check=True, cwd=str(tmp_path), env=env,
@@ -264,7 +267,7 @@ def test_bad_input_is_named(argv, message, tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
   args = parse(["--output", "spec.yaml", *ARGS, *argv])
   with pytest.raises(ValueError, match=re.escape(message)):
-    args.handler(args)
+    kfp.compile_spec(args)
   assert os.listdir(tmp_path) == []
 
 
@@ -273,7 +276,7 @@ def test_output_is_the_spec_file_and_no_run_flag_is_silently_replaced():
   (no conflict_handler="resolve": a clash would fail, not hide a flag)."""
   args = parse(["--output", "spec.yaml", *ARGS])
   assert (args.spec_file, args.output) == ("spec.yaml", ROOT)
-  assert kfp.config_from_args(args).runner.dag_runner == "beam"
+  assert beam_flags.config_from_args(args, args.image).runner.dag_runner == "beam"
   with pytest.raises(SystemExit):
     parse(["--output", "spec.yaml", "--runner", "local", *ARGS])
 

@@ -11,9 +11,9 @@ import os
 import pytest
 import yaml
 
-from commands import cli
+from commands.cli import main as cli
 from kubeflow import run_compiled
-from pipeline import runner
+from pipeline import progress
 
 ARTIFACT = {"schemaTitle": "system.Dataset"}
 
@@ -272,4 +272,4 @@ def test_cli_reports_the_tasks(tmp_path, capsys):
   out = capsys.readouterr().out
   assert "consume" in out and "succeeded" in out and "rows=3" in out
   assert cli.main(["run-compiled", str(tmp_path / "missing.yaml"), "--root",
-                   str(tmp_path / "root")]) == runner.EXIT_FAILED
+                   str(tmp_path / "root")]) == progress.EXIT_FAILED

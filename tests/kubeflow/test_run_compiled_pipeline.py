@@ -22,8 +22,9 @@ import tensorflow as tf
 from sklearn.metrics import roc_auc_score
 import tensorflow_model_analysis as tfma
 
-from commands import generate
-from commands import kfp
+from commands.cli import kubeflow_flags
+from commands.runs import kfp
+from commands.synthetic import generate
 from kubeflow import run_compiled
 from pipeline import metadata as metadata_lib
 from pipeline import pipeline as pipeline_lib
@@ -52,11 +53,11 @@ DAY_STEPS = ("RawCtrExampleGen", "StatisticsGen", "StrictExampleValidator",
 
 def compile_spec(path, data, root, extra):
   parser = argparse.ArgumentParser()
-  kfp.add_compile_parser(parser.add_subparsers())
+  kubeflow_flags.add_compile_parser(parser.add_subparsers())
   args = parser.parse_args(["compile-kubeflow", "--output", str(path),
                             "--data", data, "--pipeline-root",
                             str(root), *COMMON, *extra])
-  assert args.handler(args) == 0
+  assert kfp.compile_spec(args) == 0
   return str(path)
 
 

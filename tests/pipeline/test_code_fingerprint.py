@@ -10,7 +10,7 @@ from tfx.orchestration import metadata
 from tfx.orchestration import pipeline as tfx_pipeline
 from tfx.orchestration.local import local_dag_runner
 
-from components.raw_example_gen import RawCtrExampleGen
+from components.raw_example_gen.component import RawCtrExampleGen
 from pipeline import code_fingerprint as fingerprint
 from pipeline import config as config_lib
 from pipeline import pipeline as pipeline_lib

@@ -10,13 +10,13 @@ import pytest
 from ml_metadata.proto import metadata_store_pb2
 from tfx.components.evaluator import constants as evaluator_constants
 
-from commands import cli
-from commands import generate
-from commands import report_reading
+from commands.cli import main as cli
+from commands.report import reading as report_reading
+from commands.synthetic import generate
 from components import span_window
 from pipeline import metadata
 from pipeline import pipeline as pipeline_lib
-from pipeline import runner
+from pipeline import progress
 from trainer_module import contract
 from trainer_module import warm_start
 
@@ -59,7 +59,7 @@ def test_the_second_day_warm_starts_from_the_first_and_is_gated_on_its_data(
   # Day 2 (the latest span): warm-started from day 1's pushed model.
   code = _run(logs, output)
   out = capsys.readouterr().out
-  assert code in (0, runner.EXIT_NOT_PUSHED), out  # Pushed or refused: the gate decided.
+  assert code in (0, progress.EXIT_NOT_PUSHED), out  # Pushed or refused: the gate decided.
   store = metadata.open_store(str(output / "metadata.sqlite"))
   assert _examples_spans(store) == [1, 2]
   assert "ingested:   " in out and ", span 2" in out
@@ -99,7 +99,7 @@ def test_the_second_day_warm_starts_from_the_first_and_is_gated_on_its_data(
   # what day 2 itself pushed.
   code = _run(logs, output, "--span", "rolling:2")
   out = capsys.readouterr().out
-  assert code in (0, runner.EXIT_NOT_PUSHED), out
+  assert code in (0, progress.EXIT_NOT_PUSHED), out
   assert _examples_spans(store) == [1, 2]  # Nothing ingested again.
   assert ", span 2; trained on spans 1,2 (a window of 2 days)" in out
   rolling = metadata.latest_artifact(store, "Model")
@@ -129,7 +129,7 @@ def test_the_second_day_warm_starts_from_the_first_and_is_gated_on_its_data(
 
   # Day 1 again (a backfill): its cached run, and the console and the
   # report say day 1 and its model, not the newer day 2's.
-  assert _run(logs, output, *DAY_1) in (0, runner.EXIT_NOT_PUSHED)
+  assert _run(logs, output, *DAY_1) in (0, progress.EXIT_NOT_PUSHED)
   assert ", span 1" in capsys.readouterr().out
   backfill = report_reading.read_run(str(output))
   assert backfill.outcome.model not in (None, model.uri)

@@ -26,14 +26,14 @@ from ml_metadata.proto import metadata_store_pb2
 from sklearn.metrics import roc_auc_score
 from tfx import v1 as tfx
 
-from commands import cli
-from commands import generate
-from commands import console
-from commands import report_reading
+from commands.cli import console
+from commands.cli import main as cli
+from commands.report import reading as report_reading
+from commands.synthetic import generate
 from components import gate_metrics
 from conftest import run_command
 from pipeline import metadata
-from pipeline import runner
+from pipeline import progress
 from pipeline.code_fingerprint import REPO_ROOT
 import run_parity
 from trainer_module import contract
@@ -144,11 +144,21 @@ def test_console_shows_progress_and_the_headline_and_logs_the_rest(
   dataset, data, output, code, console_output = finished_run
   assert code == 0, console_output
   lines = console_output.splitlines()
-  progress = [l for l in lines if re.fullmatch(
+  components = [l for l in lines if re.fullmatch(
       r"(\w+) (\.\.\.|done in \d+\.\d s)", l)]
   for component in COMPONENTS:
-    assert f"{component} ..." in progress, console_output
-    assert any(l.startswith(f"{component} done in ") for l in progress)
+    assert f"{component} ..." in components, console_output
+    assert any(l.startswith(f"{component} done in ") for l in components)
+  # Piped, not a terminal: a line per finished epoch of each of the
+  # Trainer's fits (--epochs 2; replicas, distillation), between its start
+  # and its end (commands.cli.console._PlainEpochs).
+  epochs = [l for l in lines if re.fullmatch(
+      r"Trainer epoch \d+: [\d,]+ examples/s, validation AUC \d\.\d{4}", l)]
+  assert len(epochs) >= 2 and epochs[0].startswith("Trainer epoch 1: "), (
+      console_output)
+  assert (lines.index("Trainer ...") < lines.index(epochs[0]) and
+          lines.index(epochs[-1]) < min(i for i, l in enumerate(lines)
+                                        if l.startswith("Trainer done in ")))
   skipped = [l for l in lines if l.startswith(
       "warning: skipping, not training data: ")]
   assert [l.split(": ")[2] for l in skipped] == [
@@ -180,9 +190,9 @@ def test_console_shows_progress_and_the_headline_and_logs_the_rest(
   assert all(f"{c} " in headline[4] for c in COMPONENTS)
   assert headline[5] == f"report:     {output / 'report' / 'index.html'}"
   library = [l for l in lines
-             if l not in progress + skipped + headline + noise]
+             if l not in components + epochs + skipped + headline + noise]
   assert len(library) <= MAX_LIBRARY_LINES, library
-  log = (output / console.LOG_FILE).read_text()
+  log = (output / progress.LOG_FILE).read_text()
   assert "Could not find cuda drivers" in log or "oneDNN" in log
   assert "WARNING:absl:" in log and len(log.splitlines()) > 100
 
@@ -365,7 +375,7 @@ def test_rerun_reuses_cache_and_the_gate_blocks_a_model_below_the_floor(
   first = output / "serving" / before[0] / "saved_model.pb"
   stamp = first.stat().st_mtime_ns
   assert run_cli(dataset, data, output, "--min-auc", "0.99") == (
-      runner.EXIT_NOT_PUSHED)
+      progress.EXIT_NOT_PUSHED)
   out = capsys.readouterr().out
   assert "not pushed: auc 0." in out
   assert ("its 95% interval is entirely below the minimum 0.9900 (Overall)"
@@ -385,11 +395,9 @@ def test_rerun_reuses_cache_and_the_gate_blocks_a_model_below_the_floor(
 # the cluster cannot start (no Java or Maven, or no job server jar).
 FLINK_SCRIPT = os.path.join(REPO_ROOT, "kubeflow", "local_flink.sh")
 FLINK_REST = "http://localhost:8081"
-FLINK_RUN = ("--beam-arg=--runner=PortableRunner",
-             "--beam-arg=--job_endpoint=localhost:8099",
-             "--beam-arg=--environment_type=EXTERNAL",
-             "--beam-arg=--environment_config=localhost:50000",
-             f"--beam-arg=--setup_file={REPO_ROOT}/pyproject.toml")
+FLINK_RUN = ("--beam-runner", "flink", "--job-endpoint", "localhost:8099",
+             "--environment-type", "EXTERNAL", "--environment-config",
+             "localhost:50000")
 # Several times the run's time on Flink here (about 10 minutes).
 FLINK_RUN_SECONDS = 2400
 # The components that run Beam pipelines: at least one Flink job each.

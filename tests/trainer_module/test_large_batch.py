@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from commands import generate
+from commands.synthetic import generate
 from trainer_module import features
 from trainer_module import models
 from trainer_module import scaling

@@ -26,7 +26,7 @@ import tensorflow_transform.beam as tft_beam
 from tfx.utils import io_utils
 from tfx_bsl.public import tfxio as tfx_tfxio
 
-from commands import study_evaluation
+from commands.experiments import study_evaluation
 from pipeline.config import PipelineConfig
 from trainer_module import contract
 from trainer_module import features

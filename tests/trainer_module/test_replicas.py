@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from commands import cli
-from commands import flags
+from commands.cli import flags
+from commands.cli import parser as cli_parser
 from pipeline.config import PipelineConfig
 from trainer_module import contract
 from trainer_module import input_pipeline
@@ -31,7 +31,7 @@ def test_settings_round_trip_and_validation():
 
 
 def _run_args(*extra):
-  return cli.build_parser().parse_args(
+  return cli_parser.build_parser().parse_args(
       ["run", "--dataset", "criteo", "--data", "/tmp/x", "--output", "/tmp/o",
        *extra])
 

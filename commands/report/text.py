@@ -1,0 +1,321 @@
+"""The report in words: the terminal summary, verdicts and metric tables.
+
+Made from a RunSummary (commands.report.reading) alone, so a hand-built
+summary renders the same as a read one.
+"""
+
+import os
+from typing import List, Optional, Sequence
+
+from commands.report.reading import DIFF_SUFFIX
+from commands.report.reading import Evaluation
+from commands.report.reading import LR_PREFIX
+from commands.report.reading import Metrics
+from commands.report.reading import RunSummary
+from components import gate_metrics
+from components import gate_statistics
+from pipeline.metadata import ComponentState
+
+# TFMA names of the metrics shown first, in this order; the others follow
+# alphabetically.
+LEADING_METRICS = ("example_count", "auc", "binary_crossentropy",
+                   "calibration", "mean_label", "mean_prediction")
+# Shown per slice (with the example count).
+SLICE_METRICS = ("auc", "calibration")
+# Shown with the gate's confidence interval (components.gate_metrics).
+INTERVAL_METRICS = (gate_metrics.AUC, gate_metrics.CALIBRATION,
+                    gate_metrics.AUC_OVER_LR)
+# The gate's paired change against the served model, by the metric whose
+# change it is.
+PAIRED_CHANGES = {gate_metrics.AUC: gate_metrics.AUC_CHANGE,
+                  "binary_crossentropy": gate_metrics.LOG_LOSS_CHANGE}
+# Shown inside other metrics' cells, not as rows.
+_INTERVAL_PARTS = frozenset(
+    [gate_metrics.bound_name(stem, bound) for stem in gate_metrics.STEMS
+     for bound in (gate_metrics.LOWER, gate_metrics.UPPER)] +
+    list(PAIRED_CHANGES.values()))
+
+
+def format_metric(name: str, value: Optional[float]) -> str:
+  """How the report writes a metric value (counts as integers)."""
+  if value is None:
+    return "-"
+  diff = name.endswith(DIFF_SUFFIX)
+  if name.removesuffix(DIFF_SUFFIX) == "example_count":
+    return f"{value:+,.0f}" if diff else f"{value:,.0f}"
+  return f"{value:+.4f}" if diff else f"{value:.4f}"
+
+
+def metric_cell(metrics: Metrics, name: str) -> str:
+  """A metric as the report writes it, with its interval when the gate
+  computed one: 'auc 0.7310 [0.7281, 0.7339]'."""
+  if name in INTERVAL_METRICS:
+    text = gate_metrics.interval_text(
+        metrics, name, signed=name == gate_metrics.AUC_OVER_LR)
+    if text:
+      return text
+  return format_metric(name, metrics.get(name))
+
+
+def change_cell(metrics: Metrics, name: str) -> str:
+  """The candidate's change of a metric against the baseline model: the
+  gate's paired change with its interval, else TFMA's difference."""
+  if name in PAIRED_CHANGES:
+    text = gate_metrics.interval_text(metrics, PAIRED_CHANGES[name],
+                                      DIFF_SUFFIX, signed=True)
+    if text:
+      return text
+  return format_metric(name + DIFF_SUFFIX, metrics.get(name + DIFF_SUFFIX))
+
+
+def _metric_order(names) -> List[str]:
+  return sorted(set(names), key=lambda n: (
+      LEADING_METRICS.index(n) if n in LEADING_METRICS
+      else len(LEADING_METRICS), n))
+
+
+def push_verdict(run: RunSummary) -> str:
+  """Whether the model was pushed, and why (or why not)."""
+  outcome = run.outcome
+  if outcome is None:
+    return "unknown: ML Metadata could not be read"
+  if outcome.pushed:
+    return (f"yes: the Evaluator blessed the model, pushed to "
+            f"{outcome.pushed_model}")
+  if outcome.failed_checks:
+    return "no: the Evaluator did not bless the model: " + "; ".join(
+        outcome.failed_checks)
+  if run.blessed is False:
+    return "no: the Evaluator did not bless the model"
+  if run.blessed:
+    return "no: the model was blessed but the Pusher did not push it"
+  if outcome.evaluation:
+    return "no: the run did not reach the Pusher"
+  return "no: the run did not reach the Evaluator"
+
+
+def noise_passes(run: RunSummary) -> Sequence[str]:
+  """The checks that passed on their interval alone (metadata.
+  describe_noise_passes), one line each."""
+  return run.outcome.noise_passes if run.outcome else ()
+
+
+# What every [a, b] of a metrics table is (components.gate_statistics).
+INTERVALS_NOTE = (
+    f"Every [a, b] is a {gate_statistics.CONFIDENCE:.0%} confidence "
+    "interval of the eval rows: AUC by DeLong's method, calibration (mean "
+    "prediction over mean label) by the delta method, and the paired "
+    "differences of two scores of the same rows (model minus logistic "
+    "regression, the change against the served model) by DeLong's paired "
+    "method for AUC and the paired mean for log loss.")
+
+
+def warm_start_text(run: RunSummary) -> Optional[str]:
+  """Where the model started from, when it did not start from scratch
+  (trainer_module/warm_start.py), or why a served model was not used;
+  None when nothing was served to start from."""
+  warm = (run.training or {}).get("warm_start")
+  if not warm:
+    return None
+  if "skipped" in warm:
+    return f"none, trained from scratch: {warm['skipped']}"
+  return (f"from {warm['from']}: the rows of {warm['carried_ids']:,} ids "
+          f"carried over, {warm['new_ids']:,} new ids, "
+          f"{warm['dropped_ids']:,} dropped")
+
+
+def served_text(run: RunSummary) -> Optional[str]:
+  """Which model the export serves, when it is not the model: the Trainer
+  serves the logistic-regression baseline when it ranked better on the
+  validation slice (trainer.choose_served); None when it serves the
+  model or the run has no record."""
+  served = (run.training or {}).get("served")
+  if not served or served["served"] == "model":
+    return None
+  model = served["model"]
+  return (f"the logistic-regression baseline, not the {model}: its "
+          f"validation AUC {served['lr_validation_auc']:.4f} beat the "
+          f"{model}'s {served['model_validation_auc']:.4f}, so the metrics "
+          "above are the baseline's (--serve model serves the model "
+          "whatever its AUC)")
+
+
+def baseline_verdict(run: RunSummary) -> str:
+  """What the candidate was compared against."""
+  if run.evaluation is None:
+    return "none: no evaluation"
+  if run.evaluation.baseline_overall is None:
+    return ("none: there was no earlier blessed model (absolute checks "
+            "only)")
+  return run.baseline_model or "the latest blessed model"
+
+
+def _table_text(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+  widths = [max(len(str(r[i])) for r in [header, *rows])
+            for i in range(len(header))]
+  return "\n".join("  ".join(str(cell).ljust(width)
+                             for cell, width in zip(row, widths)).rstrip()
+                   for row in [header, *rows])
+
+
+def lr_value(metrics: Metrics, name: str) -> Optional[float]:
+  """The logistic-regression output's value of a metric, if reported."""
+  return metrics.get(LR_PREFIX + name)
+
+
+def _has_lr(evaluation: Evaluation) -> bool:
+  return any(n.startswith(LR_PREFIX) for n in evaluation.overall)
+
+
+def overall_rows(evaluation: Evaluation) -> List[List[str]]:
+  names = _metric_order(n for n in evaluation.overall
+                        if not n.endswith(DIFF_SUFFIX) and "/" not in n
+                        and n not in _INTERVAL_PARTS)
+  baseline = evaluation.baseline_overall
+  lr = _has_lr(evaluation)
+  return [[name, metric_cell(evaluation.overall, name)] +
+          ([format_metric(name, lr_value(evaluation.overall, name))]
+           if lr else []) +
+          ([metric_cell(baseline, name), change_cell(evaluation.overall, name)]
+           if baseline is not None else [])
+          for name in names]
+
+
+def overall_header(evaluation: Evaluation) -> List[str]:
+  return ["metric", "model"] + (
+      ["logistic regression"] if _has_lr(evaluation) else []) + (
+      ["baseline", "change"]
+      if evaluation.baseline_overall is not None else [])
+
+
+def describe(run: RunSummary) -> str:
+  """The terminal summary: metrics, baseline, pushed or not and why."""
+  lines = [f"run:       {run.output_dir}"
+           + (f" (pipeline run {run.pipeline_run})" if run.pipeline_run
+              else "")]
+  failed = [c for c in run.components if c.state == "FAILED"]
+  lines += [f"failed:    {c.node}: {c.message or 'see the logs'}"
+            for c in failed]
+  if run.evaluation:
+    lines += ["", _table_text(overall_header(run.evaluation),
+                              overall_rows(run.evaluation)), ""]
+  else:
+    lines.append("metrics:   none (no evaluation)")
+  lines.append(f"baseline:  {baseline_verdict(run)}")
+  warm = warm_start_text(run)
+  if warm:
+    lines.append(f"warm start: {warm}")
+  served = served_text(run)
+  if served:
+    lines.append(f"served:    {served}")
+  lines.append(f"pushed:    {push_verdict(run)}")
+  lines += [f"on noise:  {line}" for line in noise_passes(run)]
+  if run.earlier:
+    lines.append(f"note:      from an earlier run: {', '.join(run.earlier)}")
+  lines += [f"problem:   {p}" for p in run.problems]
+  return "\n".join(lines)
+
+
+# The headline's metrics: (TFMA name, label).
+HEADLINE_METRICS = (("auc", "AUC"), ("binary_crossentropy", "log loss"),
+                    ("calibration", "calibration"))
+
+
+def _headline_metrics(metrics: Metrics) -> str:
+  return "  ".join(f"{label} {metric_cell(metrics, name)}"
+                   for name, label in HEADLINE_METRICS)
+
+
+def _lr_metrics(metrics: Metrics) -> Metrics:
+  return {name[len(LR_PREFIX):]: value for name, value in metrics.items()
+          if name.startswith(LR_PREFIX)}
+
+
+def _headline_changes(metrics: Metrics) -> str:
+  """The gate's paired changes against the served model, if it had one."""
+  cells = [(label, change_cell(metrics, name))
+           for name, label in HEADLINE_METRICS if name in PAIRED_CHANGES]
+  return "  ".join(f"{label} {cell}" for label, cell in cells if cell != "-")
+
+
+def _component_time(component: ComponentState) -> str:
+  """'43.2 s', or how it ended when it did not run to completion here."""
+  if component.state == "COMPLETE" and component.seconds is not None:
+    return f"{component.seconds:.1f} s"
+  return "cached" if component.state == "CACHED" else component.state.lower()
+
+
+def headline(run: RunSummary, page: Optional[str]) -> str:
+  """The end of a run on the console: the model's metrics beside the
+  logistic-regression baseline's and the served model's (on the same
+  rows), the gate's verdict and why, where the model went, each
+  component's time and the report."""
+  lines = []
+  if run.evaluation:
+    overall = run.evaluation.overall
+    lines.append(f"model:      {_headline_metrics(overall)}")
+    if _has_lr(run.evaluation):
+      over = gate_metrics.interval_text(overall, gate_metrics.AUC_OVER_LR,
+                                        signed=True)
+      lines.append(f"baseline:   {_headline_metrics(_lr_metrics(overall))}"
+                   "  (logistic regression" +
+                   (f"; model AUC minus LR {over})" if over else ")"))
+    if run.evaluation.baseline_overall is not None:
+      lines.append(
+          f"in service: {_headline_metrics(run.evaluation.baseline_overall)}"
+          "  (the model being served, on the same eval rows)")
+      lines.append(f"vs served:  {_headline_changes(overall)}")
+  warm = warm_start_text(run)
+  if warm:
+    lines.append(f"warm start: {warm}")
+  served = served_text(run)
+  if served:
+    lines.append(f"served:     {served}")
+  outcome = run.outcome
+  if outcome and outcome.ingestion:
+    lines.append(f"ingested:   {outcome.ingestion}")
+  if outcome and not outcome.pushed and outcome.failed_checks:
+    lines += [f"not pushed: {check}" for check in outcome.failed_checks]
+  else:
+    lines.append(f"pushed:     {push_verdict(run)}")
+  lines += [f"on noise:   {line}" for line in noise_passes(run)]
+  if run.components:
+    lines.append("components: " + ", ".join(
+        f"{c.node} {_component_time(c)}" for c in run.components))
+  if page:
+    lines.append(f"report:     {page}")
+  return "\n".join(lines)
+
+
+def run_labels(runs: Sequence[RunSummary]) -> List[str]:
+  names = [os.path.basename(os.path.abspath(r.output_dir)) for r in runs]
+  if len(set(names)) < len(names):
+    return [os.path.abspath(r.output_dir) for r in runs]
+  return names
+
+
+def comparison_rows(runs: Sequence[RunSummary]) -> List[List[str]]:
+  """Overall metrics, hyperparameters and verdicts of runs, side by side."""
+  def overall(run):
+    return run.evaluation.overall if run.evaluation else {}
+
+  def training(run):
+    return run.training or {}
+
+  rows = [[name] + [metric_cell(overall(r), name) for r in runs]
+          for name in _metric_order(n for r in runs for n in overall(r)
+                                    if not n.endswith(DIFF_SUFFIX)
+                                    and n not in _INTERVAL_PARTS)]
+  rows += [[key] + [str(training(r).get(key, "-")) for r in runs]
+           for key in ("rule", "batch_size")]
+  scaled = [training(r).get("scaled", {}) for r in runs]
+  rows += [[f"{name} (scaled)"] + [f"{s[name]:g}" if name in s else "-"
+                                   for s in scaled]
+           for name in sorted({k for s in scaled for k in s})]
+  rows.append(["pushed"] + [push_verdict(r).split(":", 1)[0] for r in runs])
+  return rows
+
+
+def describe_comparison(runs: Sequence[RunSummary]) -> str:
+  """The terminal table of runs side by side."""
+  return _table_text([""] + run_labels(runs), comparison_rows(runs))
