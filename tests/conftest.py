@@ -71,7 +71,7 @@ def generated_examples(root, rows: int, seed: int):
   # After pin_keras3: these import TensorFlow.
   # pylint: disable=g-import-not-at-top
   from tfx.types import standard_artifacts
-  from commands import generate
+  from commands.synthetic import generate
   from components.raw_example_gen import component as example_gen
   from components.raw_example_gen import executor as example_gen_executor
   # pylint: enable=g-import-not-at-top
@@ -123,8 +123,8 @@ def criteo_study_dir(tmp_path_factory):
   The study tests keep their results apart (`study --results`), so none
   sees another's."""
   # pylint: disable=g-import-not-at-top
-  from commands import generate
-  from commands import study_data
+  from commands.synthetic import generate
+  from commands.experiments import study_data
   from pipeline.config import PipelineConfig
   # pylint: enable=g-import-not-at-top
   root = tmp_path_factory.mktemp("criteo_study")

@@ -5,7 +5,7 @@ signal by id frequency (commands/synthetic/profile.py; closed form).
   PYTHONPATH=. .venv/bin/python docs/scripts/generator_profile.py
 """
 
-from commands import synthetic_profile as profile
+from commands.synthetic import profile
 
 ROWS = profile.KAGGLE_CRITEO_ROWS
 TRAIN_ROWS = round(ROWS * 0.9)

@@ -55,7 +55,7 @@ from sklearn import linear_model  # noqa: E402
 from sklearn import metrics  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from commands import report_reading  # noqa: E402
+from commands.report import reading as report_reading  # noqa: E402
 from pipeline import metadata  # noqa: E402
 from trainer_module import features  # noqa: E402
 

@@ -50,7 +50,7 @@ import numpy as np  # noqa: E402
 from sklearn import metrics  # noqa: E402
 import tensorflow_transform as tft  # noqa: E402
 
-from commands import study_data  # noqa: E402
+from commands.experiments import study_data  # noqa: E402
 from pipeline.config import PipelineConfig  # noqa: E402
 from trainer_module import callbacks as callbacks_lib  # noqa: E402
 from trainer_module import input_pipeline  # noqa: E402

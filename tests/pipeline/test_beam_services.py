@@ -4,6 +4,7 @@ that is down is named in a line."""
 import socket
 import time
 
+from conftest import run_command
 from pipeline import beam_services
 
 PORTABLE = ("--runner=PortableRunner", "--job_endpoint=localhost:{job}",
@@ -57,3 +58,23 @@ def test_all_services_up():
       s.listen()
     assert beam_services.unreachable(
         _args(job.getsockname()[1], pool.getsockname()[1])) is None
+
+
+def test_run_on_a_cluster_that_is_down_says_so_in_one_line(tmp_path):
+  """`run` names the endpoint at once, before any heavy import."""
+  data = tmp_path / "train.txt"
+  data.write_text("0\t1" + "\t" * 38 + "\n")
+  job = _closed_port()
+  start = time.monotonic()
+  code, out, err = run_command(
+      "run", "--dataset", "criteo", "--data", data, "--output",
+      tmp_path / "out", "--beam-runner", "flink", "--job-endpoint",
+      f"localhost:{job}", "--environment-type", "EXTERNAL",
+      "--environment-config", "localhost:50000")
+  assert time.monotonic() - start < 10
+  assert code == 1
+  assert out == ""
+  assert err.splitlines() == [
+      f"error: the Beam job server at localhost:{job} is not reachable "
+      "(connection refused): start the cluster (kubeflow/local_flink.sh "
+      "start) or check the endpoint"]

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from commands import report_calibration as rc
+from commands.report import calibration as rc
 from commands.report import pages as report
 from commands.report.reading import Evaluation
 from commands.report.reading import ReliabilityPoint
