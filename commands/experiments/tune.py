@@ -28,6 +28,7 @@ from matplotlib.figure import Figure
 from commands.experiments.tuned_hparams import BEST_DIR
 from commands.experiments.tuned_hparams import BEST_FILE
 from commands.experiments.tuned_hparams import BEST_JSON
+from commands.experiments.tuned_hparams import check_best_hyperparameters
 from commands.runs import run
 from components import tuner as tuner_component
 from pipeline import metadata
