@@ -23,6 +23,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -123,7 +124,7 @@ def install_staged(packages: List[str], cache: str) -> str:
   try:
     os.rename(building, target)  # Atomic: another worker may have won.
   except OSError:
-    subprocess.run(["rm", "-rf", building], check=False)
+    shutil.rmtree(building, ignore_errors=True)
   return target
 
 

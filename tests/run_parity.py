@@ -10,9 +10,12 @@ merge order and are not compared.
 
 import glob
 import os
+import types
 from typing import List
 
 import numpy as np
+
+import conftest
 
 TOLERANCE = 1e-6
 
@@ -69,11 +72,13 @@ def _predictions(run: str, examples: List[bytes]) -> np.ndarray:
 
 
 def _eval_examples(run: str, count: int) -> List[bytes]:
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  files = sorted(glob.glob(os.path.join(
-      _one(run, "RawCtrExampleGen/examples/*"), "Split-eval", "*")))
-  dataset = tf.data.TFRecordDataset(files, compression_type="GZIP")
-  return [r.numpy() for r in dataset.take(count)]
+  examples = types.SimpleNamespace(uri=_one(run, "RawCtrExampleGen/examples/*"))
+  return conftest.split_records(examples, "eval")[:count]
+
+
+def _bytes(path: str) -> bytes:
+  with open(path, "rb") as f:
+    return f.read()
 
 
 def differences(engine_run: str, local_run: str,
@@ -93,10 +98,10 @@ def differences(engine_run: str, local_run: str,
     found.append(f"vocabulary files differ: {sorted(os.listdir(engine_vocab))}"
                  f" != {names}")
   for name in names:
-    with open(os.path.join(local_vocab, name), "rb") as b:
-      path = os.path.join(engine_vocab, name)
-      if not os.path.exists(path) or open(path, "rb").read() != b.read():
-        found.append(f"vocabulary {name} differs")
+    path = os.path.join(engine_vocab, name)
+    if (not os.path.exists(path) or
+        _bytes(path) != _bytes(os.path.join(local_vocab, name))):
+      found.append(f"vocabulary {name} differs")
   a, b = _overall_metrics(engine_run), _overall_metrics(local_run)
   found += [f"metric {k}: {a.get(k)} vs {b[k]}" for k in sorted(b)
             if k not in a or abs(a[k] - b[k]) > TOLERANCE]

@@ -16,6 +16,7 @@ One markdown row per call is appended to --doc.
 """
 
 import argparse
+import contextlib
 import datetime
 import glob
 import os
@@ -23,11 +24,12 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from typing import Dict, List
 
 import psutil
+
+from commands.experiments.data_benchmark import TreeMemorySampler
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
@@ -35,30 +37,23 @@ CLUSTER = os.path.join(ROOT, "runs", "flink-cluster")
 FLINK_ARGS = ("--beam-runner", "flink", "--job-endpoint", "localhost:8099",
               "--environment-type", "EXTERNAL", "--environment-config",
               "localhost:50000")
+# The pid files of kubeflow/local_flink.sh, by the role they hold.
+ROLES = {"jobmanager": "JobManager", "jobserver": "job server",
+         "workers": "worker pool + SDK workers"}
 
 
-def _tree_rss(process: psutil.Process) -> int:
-  total = 0
-  for p in [process] + process.children(recursive=True):
-    try:
-      total += p.memory_info().rss
-    except psutil.Error:
-      pass
-  return total
-
-
-def _cluster_processes() -> Dict[str, psutil.Process]:
-  """The cluster's processes by role, from the script's pid files."""
+def _cluster_pids() -> Dict[str, int]:
+  """The cluster's live processes by role, from the script's pid files."""
   found = {}
   for path in sorted(glob.glob(os.path.join(CLUSTER, "*.pid"))):
     name = os.path.basename(path)[:-4]
-    for i, pid in enumerate(open(path).read().split()):
-      role = {"jobmanager": "JobManager", "jobserver": "job server",
-              "workers": "worker pool + SDK workers"}.get(name)
-      if role is None and "taskexecutor" in name:
-        role = f"TaskManager {i + 1}"
+    with open(path) as f:
+      pids = f.read().split()
+    for i, pid in enumerate(pids):
+      role = ROLES.get(name) or (f"TaskManager {i + 1}"
+                                 if "taskexecutor" in name else None)
       if role and psutil.pid_exists(int(pid)):
-        found.setdefault(role, psutil.Process(int(pid)))
+        found.setdefault(role, int(pid))
   return found
 
 
@@ -73,39 +68,31 @@ def measure(rows: int, engine: str, work: str) -> Dict[str, object]:
              "--data", data, "--output", output, "--epochs", "1"]
   if engine == "flink":
     command += FLINK_ARGS
-  processes = _cluster_processes() if engine == "flink" else {}
-  peaks = {role: 0 for role in ["pipeline run"] + list(processes)}
-  start = time.time()
+  pids = _cluster_pids() if engine == "flink" else {}
   run = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True,
                          start_new_session=True)
-  processes["pipeline run"] = psutil.Process(run.pid)
-  stop = threading.Event()
-
-  def sample():
-    while not stop.is_set():
-      for role, process in processes.items():
-        peaks[role] = max(peaks[role], _tree_rss(process))
-      stop.wait(0.5)
-
-  sampler = threading.Thread(target=sample, daemon=True)
-  sampler.start()
-  first_component = transform_done = None
-  lines: List[str] = []
-  for line in run.stdout:
-    lines.append(line)
-    if first_component is None and line.rstrip().endswith(" ..."):
-      first_component = time.time()
-    if re.match(r"Transform done in", line):
-      transform_done = time.time()
-      os.killpg(run.pid, signal.SIGTERM)
-      break
-  stop.set()
-  sampler.join()
+  pids = {"pipeline run": run.pid, **pids}
+  samplers = {role: TreeMemorySampler(pid) for role, pid in pids.items()}
+  with contextlib.ExitStack() as sampling:
+    for sampler in samplers.values():
+      sampling.enter_context(sampler)
+    first_component = transform_done = None
+    lines: List[str] = []
+    for line in run.stdout:
+      lines.append(line)
+      if first_component is None and line.rstrip().endswith(" ..."):
+        first_component = time.time()
+      if re.match(r"Transform done in", line):
+        transform_done = time.time()
+        os.killpg(run.pid, signal.SIGTERM)
+        break
   run.wait()
   if transform_done is None:
     raise SystemExit("the run ended before Transform did:\n" +
                      "".join(lines[-20:]))
+  peaks = {role: max((rss for _, rss in sampler.samples), default=0)
+           for role, sampler in samplers.items()}
   seconds = transform_done - first_component
   return {"rows": rows, "engine": engine, "seconds": seconds,
           "rows_per_second": rows / seconds, "peaks": peaks}
