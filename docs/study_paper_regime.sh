@@ -111,8 +111,12 @@ main_run() {  # RULE BATCH [flags...]
 # Transform (the benchmark's --work-dir holds the study's pipeline DIR, so
 # its ExampleGen and Transform come from the cache), batch sizes and
 # precision, on this machine at this commit: one file per commit, run before
-# the runs it is compared with (their rows name the commit).
+# the runs it is compared with (their rows name the commit). BENCHMARK=0
+# skips it, for a commit whose step is that of the newest benchmark file
+# (check with `git diff COMMIT HEAD -- trainer_module`): on a 2-core AVX2
+# machine the benchmark alone takes over an hour.
 speed_beside_benchmark() {
+  [ "${BENCHMARK:-1}" = 1 ] || return 0
   local out work=$ROOT/benchmark/criteo_kaggle
   out=$RESULTS/$MAIN/benchmark-$(git rev-parse --short=12 HEAD).csv
   [ -f "$out" ] && return 0
