@@ -4,9 +4,9 @@ The gate's margins (0.001 AUC, a +-10% calibration band) are below the
 noise of a few thousand eval rows and above all of it at millions, so a
 check on the point estimate refuses good models on small data. TFMA's
 thresholds compare one metric with a bound; each check therefore reads the
-confidence bound (components.gate_statistics.CONFIDENCE) on the side of the
-pass: it fails only when the whole interval lies beyond the bound, i.e. the
-difference is beyond the margin and beyond the noise.
+confidence bound (trainer_module.paired_statistics.CONFIDENCE) on the side
+of the pass: it fails only when the whole interval lies beyond the bound,
+i.e. the difference is beyond the margin and beyond the noise.
 
 A metric is named by the bound its threshold reads (TFMA keys a threshold
 by the metric's name) and also gives the other bound, and the estimate where
@@ -47,7 +47,7 @@ from tensorflow_model_analysis.metrics import metric_util
 from tensorflow_model_analysis.proto import config_pb2
 from tensorflow_model_analysis.utils import model_util
 
-from components import gate_statistics
+from trainer_module import paired_statistics
 from trainer_module.contract import LR_OUTPUT
 
 LOWER, UPPER = "lower", "upper"
@@ -59,7 +59,7 @@ LOG_LOSS_CHANGE = "log_loss_change"
 STEMS = (AUC, CALIBRATION, AUC_OVER_LR, AUC_CHANGE, LOG_LOSS_CHANGE)
 
 Source = Tuple[str, str]  # (model_name, output_name)
-Statistic = Callable[..., gate_statistics.Estimate]
+Statistic = Callable[..., paired_statistics.Estimate]
 
 
 def bound_name(stem: str, bound: str) -> str:
@@ -200,7 +200,7 @@ class AUCInterval(_IntervalMetric):
   STEM = AUC
 
   def interval(self, eval_config, model_name, output_name, example_weighted):
-    return _interval(AUC, gate_statistics.auc, [(model_name, output_name)],
+    return _interval(AUC, paired_statistics.auc, [(model_name, output_name)],
                      eval_config, example_weighted)
 
 
@@ -210,7 +210,7 @@ class CalibrationInterval(_IntervalMetric):
   STEM = CALIBRATION
 
   def interval(self, eval_config, model_name, output_name, example_weighted):
-    return _interval(CALIBRATION, gate_statistics.calibration,
+    return _interval(CALIBRATION, paired_statistics.calibration,
                      [(model_name, output_name)], eval_config,
                      example_weighted)
 
@@ -221,7 +221,7 @@ class AUCOverLogisticRegression(_IntervalMetric):
   STEM = AUC_OVER_LR
 
   def interval(self, eval_config, model_name, output_name, example_weighted):
-    return _interval(AUC_OVER_LR, gate_statistics.auc_difference,
+    return _interval(AUC_OVER_LR, paired_statistics.auc_difference,
                      [(model_name, output_name), (model_name, LR_OUTPUT)],
                      eval_config, example_weighted, with_estimate=True)
 
@@ -246,14 +246,14 @@ class AUCChange(_ChangeVsBaseline):
   """The candidate's AUC minus the baseline model's (DeLong)."""
 
   STEM = AUC_CHANGE
-  STATISTIC = staticmethod(gate_statistics.auc_difference)
+  STATISTIC = staticmethod(paired_statistics.auc_difference)
 
 
 class LogLossChange(_ChangeVsBaseline):
   """The candidate's log loss minus the baseline model's."""
 
   STEM = LOG_LOSS_CHANGE
-  STATISTIC = staticmethod(gate_statistics.log_loss_difference)
+  STATISTIC = staticmethod(paired_statistics.log_loss_difference)
 
 
 for _metric in (AUCInterval, CalibrationInterval, AUCOverLogisticRegression,

@@ -29,8 +29,8 @@ from tfx.orchestration.portable.mlmd import execution_lib
 
 from components import baseline
 from components import gate_metrics
-from components import gate_statistics
 from components import span_window
+from trainer_module import paired_statistics
 
 # Execution states of a node that finished: ran, or reused a cached result.
 FINISHED = (metadata_store_pb2.Execution.COMPLETE,
@@ -234,7 +234,7 @@ class RunOutcome:
 _GATE_STEMS = {gate_metrics.bound_name(stem, bound): stem
                for stem in gate_metrics.STEMS
                for bound in (gate_metrics.LOWER, gate_metrics.UPPER)}
-_CONFIDENCE = f"{gate_statistics.CONFIDENCE:.0%}"
+_CONFIDENCE = f"{paired_statistics.CONFIDENCE:.0%}"
 
 
 def describe_failure(failure, metrics: Optional[Dict[str, float]] = None

@@ -61,9 +61,10 @@ DEFAULT_SMELU_BETA = 1.0
 # or replica 0 alone.
 PUSH_MODES = ("ensemble", "single")
 DEFAULT_PUSH = "ensemble"
-# What the exported model serves: the better of the model and its
-# logistic-regression baseline by validation AUC (trainer.choose_served),
-# or the model whatever its AUC (the gate may then refuse it).
+# What the exported model serves: the model only when its validation AUC is
+# above its logistic-regression baseline's beyond the noise of a paired
+# test, else the simpler baseline (trainer.choose_served); or the model
+# whatever its AUC (the gate may then refuse it).
 SERVE_MODES = ("best", "model")
 DEFAULT_SERVE = "best"
 # How training spreads over devices and machines (distribution.py's module
@@ -265,9 +266,10 @@ class TrainerSettings:
     baseline_rows: fit the logistic-regression baseline on at most this
       many training rows, the first ones (None: all that fit in memory).
       Its cost grows faster than the rows (docs/lr_baseline.md).
-    serve: one of SERVE_MODES: "best" serves the logistic-regression
-      baseline instead when its validation AUC beats the model's (at small
-      data sizes a linear model often ranks better), "model" the model.
+    serve: one of SERVE_MODES: "best" serves the model only when its
+      validation AUC is above the logistic-regression baseline's beyond
+      noise (trainer.choose_served; at small data sizes a linear model
+      often ranks better), else the baseline; "model" the model.
     warm_start: start from the model served when the pipeline first
       trained on this data (its Trainer's base_model), embedding rows
       carried over by id (warm_start.py); a served model of another
@@ -333,9 +335,10 @@ class TrainerSettings:
       "rows, the first ones: its cost grows faster than the rows (default: "
       "all that fit in memory)", parse=int, metavar="N")
   serve: str = options.option(
-      DEFAULT_SERVE, "best: serve the logistic-regression baseline instead "
-      "of the model when its AUC on the validation slice is higher (the run "
-      "says so); model: always serve the model (the gate may refuse it)",
+      DEFAULT_SERVE, "best: serve the model only when its AUC on the "
+      "validation slice is above the logistic-regression baseline's beyond "
+      "the noise of a paired test, else the baseline (the run says which, "
+      "and why); model: always serve the model (the gate may refuse it)",
       choices=SERVE_MODES)
   warm_start: bool = options.option(
       True, "start from the model DIR served when this data was first "

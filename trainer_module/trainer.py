@@ -13,6 +13,7 @@ probability.
 """
 
 import dataclasses
+import io
 import itertools
 import json
 import os
@@ -32,6 +33,7 @@ from trainer_module import contract
 from trainer_module import distribution
 from trainer_module import linear_fit
 from trainer_module import models
+from trainer_module import paired_statistics
 from trainer_module import preprocessing
 from trainer_module import training
 from trainer_module.input_pipeline import release_memory
@@ -254,9 +256,13 @@ def train_baseline(settings: TrainerSettings, data: TrainingData,
   linear_fit.set_linear_weights(model, fitted["path_coef"],
                                 fitted["path_intercept"])
   best = model.evaluate(data.validation, return_dict=True, verbose=0)
+  labels, _, (path_probabilities,) = validation_scores([model],
+                                                       data.validation)
   linear_fit.set_linear_weights(model, fitted["coef"], fitted["intercept"])
   record.update(
       best={f"val_{k}": float(v) for k, v in best.items()},
+      **{BASELINE_VALIDATION: {"labels": labels,
+                               "predictions": path_probabilities}},
       grid=[dict(g, l2=l2_of_c(g["c"], fitted["path_rows"]))
             for g in fitted["grid"]],
       c=fitted["c"], l2=l2_of_c(fitted["c"], train_rows),
@@ -265,24 +271,33 @@ def train_baseline(settings: TrainerSettings, data: TrainingData,
   return model, record
 
 
-# A fitted baseline kept in a directory: its weights, and its record (the
-# keys below, and any the caller adds: the study's data fingerprint).
+# A fitted baseline kept in a directory: its weights, its record (the
+# keys below, and any the caller adds: the study's data fingerprint) and
+# its path fit's validation labels and probabilities (choose_served), one
+# float64 each per validation row: too many for the JSON record.
 BASELINE_WEIGHTS = "baseline.weights.h5"
 BASELINE_RECORD = "baseline.json"
+BASELINE_VALIDATION = "validation"
+BASELINE_VALIDATION_FILE = "baseline.validation.npz"
 BASELINE_RECORD_KEYS = ("best", "grid", "c", "l2", "train_rows", "path_rows",
                         "refit", "seconds")
 
 
 def keep_baseline(model: models.CTRModel, record: Mapping[str, Any],
                   directory: str, **extra: Any) -> None:
-  """Writes the fitted baseline and its record (BASELINE_RECORD_KEYS, and
-  `extra`) to `directory`, the weights first, under a name a kill leaves
-  unused."""
+  """Writes the fitted baseline, its validation probabilities and its
+  record (BASELINE_RECORD_KEYS, and `extra`) to `directory`, the record
+  last: a kill leaves no record, and the next run fits again."""
   tf.io.gfile.makedirs(directory)
   weights = os.path.join(directory, BASELINE_WEIGHTS)
   partial = weights.replace(".weights.h5", ".partial.weights.h5")
   model.save_weights(partial)
   tf.io.gfile.rename(partial, weights, overwrite=True)
+  arrays = io.BytesIO()  # np.savez seeks, which a GFile cannot.
+  np.savez(arrays, **record[BASELINE_VALIDATION])
+  with tf.io.gfile.GFile(os.path.join(directory, BASELINE_VALIDATION_FILE),
+                         "wb") as f:
+    f.write(arrays.getvalue())
   with tf.io.gfile.GFile(os.path.join(directory, BASELINE_RECORD), "w") as f:
     json.dump({**{k: record[k] for k in BASELINE_RECORD_KEYS if k in record},
                **extra}, f, indent=2)
@@ -299,6 +314,11 @@ def kept_baseline(settings: TrainerSettings, data: TrainingData,
     return None
   with tf.io.gfile.GFile(path) as f:
     record = json.load(f)
+  validation = os.path.join(directory, BASELINE_VALIDATION_FILE)
+  if tf.io.gfile.exists(validation):
+    with tf.io.gfile.GFile(validation, "rb") as f:
+      with np.load(io.BytesIO(f.read())) as arrays:
+        record[BASELINE_VALIDATION] = {k: arrays[k] for k in arrays.files}
   model, _ = build_and_compile(settings, {}, tf_transform_output,
                                data.train_examples, data.click_rate,
                                record["l2"])
@@ -405,6 +425,24 @@ def _backup_dir(root: Optional[str], name: str) -> Optional[str]:
   return None if root is None else os.path.join(root, name)
 
 
+def validation_scores(scored: Sequence[keras.Model], validation
+                     ) -> Tuple[np.ndarray, np.ndarray, List[np.ndarray]]:
+  """(labels, weights, each model's probabilities) of the validation slice,
+  row by row, in one pass over it."""
+  labels, weights = [], []
+  predictions = [[] for _ in scored]
+  for batch in validation:
+    features, label, weight = keras.utils.unpack_x_y_sample_weight(batch)
+    labels.append(np.asarray(label).reshape(-1))
+    weights.append(np.ones_like(labels[-1], np.float64) if weight is None
+                   else np.asarray(weight).reshape(-1))
+    for model, out in zip(scored, predictions):
+      out.append(tf.sigmoid(model(features, training=False)).numpy()
+                 .reshape(-1).astype(np.float64))
+  return (np.concatenate(labels), np.concatenate(weights),
+          [np.concatenate(p) for p in predictions])
+
+
 def compare_with_ensemble(student: models.CTRModel,
                           replicas: Sequence[models.CTRModel],
                           validation) -> Dict[str, float]:
@@ -412,18 +450,8 @@ def compare_with_ensemble(student: models.CTRModel,
   ensemble (their mean probability) and of replica 0, and the student's
   Prediction Difference against the ensemble (contract.
   prediction_difference)."""
-  labels, weights = [], []
-  predictions = [[] for _ in range(len(replicas) + 1)]
-  for batch in validation:
-    features, label, weight = keras.utils.unpack_x_y_sample_weight(batch)
-    labels.append(np.asarray(label).reshape(-1))
-    weights.append(np.ones_like(labels[-1], np.float64) if weight is None
-                   else np.asarray(weight).reshape(-1))
-    for model, out in zip([student, *replicas], predictions):
-      out.append(tf.sigmoid(model(features, training=False)).numpy()
-                 .reshape(-1).astype(np.float64))
-  labels, weights = np.concatenate(labels), np.concatenate(weights)
-  student_p, *replica_p = [np.concatenate(p) for p in predictions]
+  labels, weights, (student_p, *replica_p) = validation_scores(
+      [student, *replicas], validation)
   ensemble_p = np.mean(replica_p, axis=0)
 
   def auc(probabilities):
@@ -438,37 +466,73 @@ def compare_with_ensemble(student: models.CTRModel,
           "replica_pd": contract.prediction_difference(replica_p, weights)}
 
 
-def choose_served(settings: TrainerSettings, record: Mapping[str, Any],
-                  baseline_record: Mapping[str, Any]) -> Dict[str, Any]:
-  """Which of the model and its logistic-regression baseline the export
-  serves (settings.serve), by AUC on the validation slice at each one's
-  kept epoch (the same Keras metric; the baseline's before its refit on
-  that slice). The eval split is left to the Evaluator, whose gate then
-  judges what is served.
+def served_probabilities(settings: TrainerSettings,
+                          replicas: Sequence[models.CTRModel],
+                          validation) -> Tuple[np.ndarray, np.ndarray]:
+  """(labels, probabilities) of the validation slice as the export serves
+  the model (serving.py): the replicas' mean with push "ensemble", else
+  replica 0's (or the distilled student's: train_replicas hands it over
+  as the only replica)."""
+  served = (replicas if settings.push == "ensemble" else replicas[:1])
+  labels, _, probabilities = validation_scores(served, validation)
+  return labels, np.mean(probabilities, axis=0)
 
-  The model's AUC is its own, the distilled student's, or with replicas
-  served as their ensemble the mean of theirs (the ensemble usually ranks
-  at least as well), or replica 0's when it is served alone. "best" serves
-  the baseline when its AUC is higher: on small data a linear model often
-  ranks better, and the user still gets the better model.
+
+def choose_served(settings: TrainerSettings, labels: np.ndarray,
+                  model_probabilities: np.ndarray,
+                  baseline_validation: Optional[Mapping[str, np.ndarray]]
+                 ) -> Dict[str, Any]:
+  """Which of the model and its logistic-regression baseline the export
+  serves (settings.serve), by a paired test on the validation slice.
+
+  With "best" the model is served only when its AUC is above the
+  baseline's beyond the noise of those rows: the lower end of the 95%
+  interval of the paired difference (paired_statistics.auc_difference,
+  DeLong) is above zero. Otherwise the simpler model is served. A
+  comparison of the two AUCs as scalars served the DeepFM on 723 rows by
+  +0.005 when the regression was better on the eval split in four runs of
+  four (issue #60; docs/gate.md, "The served model"). The baseline's
+  probabilities are its L2 path fit's, before the refit on the validation
+  slice itself. A baseline kept by an older version without them
+  (keep_baseline) leaves the model served. The eval split is left to the
+  Evaluator, whose gate then judges what is served.
+
+  The validation rows are unweighted: negative down-sampling drops
+  non-clicks at random, which leaves the AUC's expectation as it is.
 
   Returns:
     {"served": "model" or contract.LR_OUTPUT, "serve": settings.serve,
-     "model": settings.model, "model_validation_auc", "lr_validation_auc"}.
+     "model": settings.model, "model_validation_auc", "lr_validation_auc",
+     "difference", "interval" [low, high], "rows", "reason"}.
   """
-  if settings.distill:
-    model_auc = record["distillation"]["best"]["val_auc"]
-  elif settings.replicas > 1 and settings.push == "ensemble":
-    model_auc = float(np.mean([r["best"]["val_auc"]
-                               for r in record["replicas"]]))
+  if baseline_validation is None:
+    return {"served": "model", "serve": settings.serve,
+            "model": settings.model, "reason": "the kept baseline has no "
+            "validation predictions (fitted by an older version)"}
+  if not np.array_equal(labels, baseline_validation["labels"]):
+    raise ValueError("the baseline's validation rows differ from the "
+                     "model's: the validation slice was read in another "
+                     "order")
+  aucs, _ = paired_statistics.delong(
+      labels, model_probabilities, baseline_validation["predictions"])
+  difference = paired_statistics.auc_difference(
+      labels, model_probabilities, baseline_validation["predictions"])
+  low, high = difference.interval()
+  beyond_noise = bool(low > 0)
+  lr_served = settings.serve == "best" and not beyond_noise
+  if settings.serve == "model":
+    reason = "--serve model"
+  elif beyond_noise:
+    reason = "its validation AUC is above the baseline's beyond noise"
   else:
-    model_auc = record["best"]["val_auc"]
-  lr_auc = baseline_record["best"]["val_auc"]
-  lr_served = settings.serve == "best" and lr_auc > model_auc
+    reason = ("the model's validation AUC is not above the baseline's "
+              "beyond noise: the simpler model is served")
   return {"served": contract.LR_OUTPUT if lr_served else "model",
           "serve": settings.serve, "model": settings.model,
-          "model_validation_auc": float(model_auc),
-          "lr_validation_auc": float(lr_auc)}
+          "model_validation_auc": float(aucs[0]),
+          "lr_validation_auc": float(aucs[1]),
+          "difference": difference.value, "interval": [low, high],
+          "rows": int(labels.size), "reason": reason}
 
 
 def run_fn(fn_args) -> None:
@@ -517,13 +581,13 @@ def run_fn(fn_args) -> None:
       steps_per_epoch=steps_per_epoch(data.train_examples, batch_size),
       logistic_regression={k: baseline_record[k]
                            for k in BASELINE_RECORD_KEYS},
-      served=choose_served(settings, record, baseline_record))
+      served=choose_served(
+          settings, *served_probabilities(settings, replicas,
+                                          data.validation),
+          baseline_record.get(BASELINE_VALIDATION)))
   serve_baseline = record["served"]["served"] == contract.LR_OUTPUT
-  logging.info("serving the %s: validation AUC %.4f (the logistic-regression "
-               "baseline) against %.4f (the model), --serve %s",
-               "logistic-regression baseline" if serve_baseline else "model",
-               record["served"]["lr_validation_auc"],
-               record["served"]["model_validation_auc"], settings.serve)
+  logging.info("serving the %s: %s", "logistic-regression baseline"
+               if serve_baseline else "model", record["served"]["reason"])
   # Training is over: its record cache is freed for the export to reuse,
   # then given back before the Evaluator, which may run in this process.
   del data

@@ -49,6 +49,7 @@ import time
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import keras
+import numpy as np
 import tensorflow_transform as tft
 
 from commands.cli import console
@@ -61,6 +62,7 @@ from commands.experiments.study_data import TransformedInputs
 from pipeline import progress
 from pipeline.config import PipelineConfig
 from trainer_module import callbacks as callbacks_lib
+from trainer_module import contract
 from trainer_module import input_pipeline
 from trainer_module import model_building
 from trainer_module import models
@@ -129,6 +131,9 @@ class StudySetup:
   # when they fit): each run batches it at its batch size and seed.
   held: input_pipeline.HeldSplit
   baseline: keras.Model
+  # Its path fit's validation labels and probabilities (trainer.
+  # BASELINE_VALIDATION), for the served choice; None if kept without them.
+  baseline_validation: Optional[Mapping[str, np.ndarray]]
   results: str  # The directory of study.csv (results_dir).
   fingerprint: str  # study_provenance.data_fingerprint.
   machine: str  # study_provenance.machine_description()
@@ -155,12 +160,14 @@ def run_config(config: PipelineConfig, run: StudyRun) -> PipelineConfig:
 def train_baseline(config: PipelineConfig, train_files: Sequence[str],
                    tf_transform_output: tft.TFTransformOutput,
                    held: input_pipeline.HeldSplit, results: str,
-                   fingerprint: str) -> keras.Model:
+                   fingerprint: str
+                  ) -> Tuple[keras.Model, Optional[Mapping[str, np.ndarray]]]:
   """The logistic-regression baseline every run's export serves beside the
   model (the Evaluator's config reads it), fitted as run_fn does, once per
   study and kept in its results directory (trainer.keep_baseline): a
   resumed study, on this machine or another, serves the same baseline as
-  its finished runs.
+  its finished runs. Returns it with its validation probabilities
+  (trainer.BASELINE_VALIDATION; None from a baseline kept without them).
 
   Raises:
     ValueError: the kept baseline was fitted on other data.
@@ -183,7 +190,7 @@ def train_baseline(config: PipelineConfig, train_files: Sequence[str],
           f"fingerprint {record['data_fingerprint']}, this data's "
           f"{fingerprint}); give another --results")
     stage.finished(f"kept in {record_path} (C {record['c']:g})")
-    return baseline
+    return baseline, record.get(trainer.BASELINE_VALIDATION)
   baseline, trained = trainer.train_baseline(config.trainer, data,
                                              tf_transform_output)
   trainer.keep_baseline(baseline, trained, results,
@@ -192,7 +199,7 @@ def train_baseline(config: PipelineConfig, train_files: Sequence[str],
                     "training rows, validation AUC "
                     f"{trained['best']['val_auc']:.4f}, "
                     f"{trained['seconds']:.0f} s")
-  return baseline
+  return baseline, trained[trainer.BASELINE_VALIDATION]
 
 
 def _note(line: str) -> None:
@@ -324,12 +331,18 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
                 study_results.DISTILLATION_COLUMNS
                 if "distillation" in trained})
 
+  row.update(served_columns(trainer.choose_served(
+      trainer_settings, *trainer.served_probabilities(
+          trainer_settings, replicas, data.validation),
+      setup.baseline_validation)))
   serving_dir = os.path.join(run_dir, "serving")
   serving.export_serving_model(replicas, setup.baseline,
                                setup.tf_transform_output, trainer_settings,
                                serving_dir)
   row.update(evaluate(serving_dir, os.path.join(run_dir, "tfma"), config,
                       setup))
+  if row.get("served"):
+    row["served_auc"] = row["lr_auc" if row["served"] == "lr" else "auc"]
   last = {"last_auc": row["auc"], "last_logloss": row["logloss"],
           "last_calibration": row["calibration"]}
   if (config.trainer.replicas == 1 and
@@ -348,6 +361,22 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
     last = {}
   row.update(last)
   return row
+
+
+def served_columns(served: Mapping[str, object]) -> Dict[str, object]:
+  """The study.csv columns of what run_fn would serve (trainer.
+  choose_served): the model ("model") or the logistic regression ("lr"),
+  and the paired validation difference it was chosen by. The export
+  still serves the model beside the baseline, so the study measures both
+  on the eval split; served_auc is the chosen one's."""
+  if "difference" not in served:
+    return {}
+  low, high = served["interval"]
+  return {"served": "lr" if served["served"] == contract.LR_OUTPUT
+                    else "model",
+          "validation_auc_difference": served["difference"],
+          "validation_auc_low": low, "validation_auc_high": high,
+          "validation_rows": served["rows"]}
 
 
 def _by_epoch(history: Mapping[str, Sequence[float]], metric: str) -> str:
@@ -435,12 +464,12 @@ def run_study(config: PipelineConfig, runs: Sequence[StudyRun],
   held = input_pipeline.hold_split(
       train_files, tf_transform_output, config.spec.label,
       config.trainer.negative_sampling_rate)
+  baseline, baseline_validation = train_baseline(
+      config, train_files, tf_transform_output, held, results, fingerprint)
   setup = StudySetup(
       config=config, inputs=inputs, tf_transform_output=tf_transform_output,
-      train_files=tuple(train_files), held=held,
-      baseline=train_baseline(config, train_files, tf_transform_output, held,
-                              results, fingerprint),
-      results=results, fingerprint=fingerprint,
+      train_files=tuple(train_files), held=held, baseline=baseline,
+      baseline_validation=baseline_validation, results=results, fingerprint=fingerprint,
       machine=study_provenance.machine_description(),
       commit=study_provenance.code_commit())
   for i, run in enumerate(todo, start=1):

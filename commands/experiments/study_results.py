@@ -24,6 +24,12 @@ _REPLICA_COLUMNS = ("replicas", "push", "replica_pd") + tuple(
 _LAST_EPOCH_COLUMNS = ("last_auc", "last_logloss", "last_calibration")
 # The logistic-regression baseline served beside every run.
 _BASELINE_COLUMNS = ("lr_auc", "lr_logloss")
+# What run_fn would serve (trainer.choose_served: "model" or "lr"), the
+# paired validation AUC difference (model minus baseline) and 95% interval
+# it chose by, and the served one's eval AUC.
+_SERVED_COLUMNS = ("served", "served_auc", "validation_auc_difference",
+                   "validation_auc_low", "validation_auc_high",
+                   "validation_rows")
 # With --distill: the served student, the replicas' ensemble and replica 0
 # on the validation slice, and the student's PD against the ensemble
 # (trainer.compare_with_ensemble).
@@ -53,8 +59,8 @@ COLUMNS = (
      "mean_prediction", "mean_label", "calibration") +
     tuple(f"{kind}_{b}" for b in BUCKETS for kind in ("auc", "examples")) +
     ("bias_constraints",) + _REPLICA_COLUMNS + _LAST_EPOCH_COLUMNS +
-    _BASELINE_COLUMNS + DISTILLATION_COLUMNS + _EPOCH_COLUMNS +
-    _SPEED_COLUMNS + PROVENANCE_COLUMNS)
+    _BASELINE_COLUMNS + _SERVED_COLUMNS + DISTILLATION_COLUMNS +
+    _EPOCH_COLUMNS + _SPEED_COLUMNS + PROVENANCE_COLUMNS)
 # bias_constraints: the constrained slices of a run trained with the bias
 # constraints, since removed (docs/production_calibration.md). New rows
 # leave it empty; it stays so that studies written before stay appendable
@@ -62,10 +68,10 @@ COLUMNS = (
 # Columns a study.csv written before they existed may lack (read as "").
 _OPTIONAL_COLUMNS = (("bias_constraints",) + _REPLICA_COLUMNS +
                      _LAST_EPOCH_COLUMNS + _BASELINE_COLUMNS +
-                     DISTILLATION_COLUMNS + _EPOCH_COLUMNS +
+                     _SERVED_COLUMNS + DISTILLATION_COLUMNS + _EPOCH_COLUMNS +
                      _SPEED_COLUMNS + PROVENANCE_COLUMNS)
 _TEXT_COLUMNS = ("run", "model", "rule", "embedding_update",
-                 "bias_constraints", "push", "replica_aucs") + (
+                 "bias_constraints", "push", "replica_aucs", "served") + (
                      _EPOCH_COLUMNS + ("examples_per_second_by_epoch",) +
                      PROVENANCE_COLUMNS)
 _BOOL_COLUMNS = ("cowclip", "diverged")

@@ -13,8 +13,8 @@ from commands.report.reading import LR_PREFIX
 from commands.report.reading import Metrics
 from commands.report.reading import RunSummary
 from components import gate_metrics
-from components import gate_statistics
 from pipeline.metadata import ComponentState
+from trainer_module import paired_statistics
 
 # TFMA names of the metrics shown first, in this order; the others follow
 # alphabetically.
@@ -100,9 +100,9 @@ def noise_passes(run: RunSummary) -> Sequence[str]:
   return run.outcome.noise_passes if run.outcome else ()
 
 
-# What every [a, b] of a metrics table is (components.gate_statistics).
+# What every [a, b] of a metrics table is (trainer_module.paired_statistics).
 INTERVALS_NOTE = (
-    f"Every [a, b] is a {gate_statistics.CONFIDENCE:.0%} confidence "
+    f"Every [a, b] is a {paired_statistics.CONFIDENCE:.0%} confidence "
     "interval of the eval rows: AUC by DeLong's method, calibration (mean "
     "prediction over mean label) by the delta method, and the paired "
     "differences of two scores of the same rows (model minus logistic "
@@ -125,19 +125,29 @@ def warm_start_text(run: RunSummary) -> Optional[str]:
 
 
 def served_text(run: RunSummary) -> Optional[str]:
-  """Which model the export serves, when it is not the model: the Trainer
-  serves the logistic-regression baseline when it ranked better on the
-  validation slice (trainer.choose_served); None when it serves the
-  model or the run has no record."""
+  """Which model the export serves, and why, in the gate's words: the
+  Trainer serves the model only when its validation AUC is above the
+  logistic regression's beyond the noise of a paired test
+  (trainer.choose_served); None when the run has no record."""
   served = (run.training or {}).get("served")
-  if not served or served["served"] == "model":
+  if not served:
     return None
   model = served["model"]
-  return (f"the logistic-regression baseline, not the {model}: its "
-          f"validation AUC {served['lr_validation_auc']:.4f} beat the "
-          f"{model}'s {served['model_validation_auc']:.4f}, so the metrics "
-          "above are the baseline's (--serve model serves the model "
-          "whatever its AUC)")
+  if "difference" not in served:  # A record without the paired test.
+    return f"the {model}: {served.get('reason', '--serve model')}"
+  low, high = served["interval"]
+  evidence = (f"validation AUC of the {model} minus the logistic "
+              f"regression's {served['difference']:+.4f} on "
+              f"{served['rows']:,} rows ({paired_statistics.CONFIDENCE:.0%} "
+              f"interval {low:+.4f} to {high:+.4f})")
+  if served["served"] == "model":
+    why = ("--serve model" if served["serve"] == "model" else
+           "above zero beyond noise")
+    return f"the {model}: {evidence}, {why}"
+  return (f"the logistic-regression baseline, not the {model}: {evidence}, "
+          "not above zero beyond noise, so the simpler model is served and "
+          "the metrics above are its own (--serve model serves the "
+          f"{model} whatever its AUC)")
 
 
 def baseline_verdict(run: RunSummary) -> str:

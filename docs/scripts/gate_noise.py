@@ -1,6 +1,6 @@
 """The gate's noise by eval size (docs/gate.md): standard errors of AUC,
 of the paired and unpaired AUC difference and of calibration, from
-components.gate_statistics on simulated CTR rows.
+trainer_module.paired_statistics on simulated CTR rows.
 
 Rows: a latent score s ~ N(0, 1); the click probability
 sigmoid(bias + 1.5 s) (AUC ~0.76); the model predicts it exactly (scaled
@@ -15,7 +15,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, ".")
-from components import gate_statistics  # pylint: disable=wrong-import-position
+from trainer_module import paired_statistics  # pylint: disable=wrong-import-position
 
 SIZES = (1_787, 4_000, 20_000, 200_000, 4_500_000)
 # The click rates: Avazu's (the issue's run) and Criteo's.
@@ -32,15 +32,15 @@ def rows(n, bias, seed=0, calibration=1.0):
 
 
 def main():
-  z = gate_statistics.Z
+  z = paired_statistics.Z
   print("dataset  rows       CTR    AUC SE   diff SE paired  unpaired  "
         "calibration SE")
   for name, (bias, _) in RATES.items():
     for n in SIZES:
       labels, model, lr = rows(n, bias)
-      aucs, cov = gate_statistics.delong(labels, model, lr)
-      paired = gate_statistics.auc_difference(labels, model, lr)
-      calibration = gate_statistics.calibration(labels, model)
+      aucs, cov = paired_statistics.delong(labels, model, lr)
+      paired = paired_statistics.auc_difference(labels, model, lr)
+      calibration = paired_statistics.calibration(labels, model)
       print(f"{name:8} {n:<10,} {labels.mean():.3f}  "
             f"{np.sqrt(cov[0, 0]):.5f}  {paired.standard_error:.5f}        "
             f"{np.sqrt(cov[0, 0] + cov[1, 1]):.5f}   "
@@ -52,7 +52,7 @@ def main():
   verdicts = []
   for seed in range(20):
     labels, model, _ = rows(1_787, bias, seed, calibration=1.103)
-    estimate = gate_statistics.calibration(labels, model)
+    estimate = paired_statistics.calibration(labels, model)
     low, high = estimate.interval()
     fixed = not 0.9 <= estimate.value <= 1.1
     noisy = high < 0.9 or low > 1.1

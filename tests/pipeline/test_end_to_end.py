@@ -163,23 +163,28 @@ def test_console_shows_progress_and_the_headline_and_logs_the_rest(
       "warning: skipping, not training data: ")]
   assert [l.split(": ")[2] for l in skipped] == [
       str(data / name) for name in FOREIGN_FILES[dataset]], console_output
-  # A "served:" line when the logistic regression ranked better and is
-  # served instead (trainer.choose_served).
-  lr_served = _record(output)["served"]["served"] == contract.LR_OUTPUT
+  # A "served:" line says which model is served, and why
+  # (trainer.choose_served).
   start = max(i for i, l in enumerate(lines) if l.startswith("model:"))
   headline = lines[start:]
   # "on noise:" lines after the verdict when a check passed on its
   # interval alone (report_text.noise_passes); they explain, so they go.
   noise = [l for l in headline if l.startswith("on noise:   ")]
-  expected = (HEADLINE[:2] + ("served:",) * lr_served + HEADLINE[2:4] +
+  expected = (HEADLINE[:2] + ("served:",) + HEADLINE[2:4] +
               ("on",) * len(noise) + HEADLINE[4:])
   assert [l.split()[0] for l in headline] == list(expected), console_output
   assert all(re.search(r"95% interval .* more eval rows would decide$", l)
              for l in noise), noise
   headline = [l for l in headline if l not in noise]
-  if lr_served:
-    assert "the logistic-regression baseline, not the deepfm" in headline[2]
-    headline = headline[:2] + headline[3:]
+  served = _record(output)["served"]
+  assert re.fullmatch(
+      r"served:     the (logistic-regression baseline, not the )?deepfm: "
+      r"validation AUC of the deepfm minus the logistic regression's "
+      rf"[+-]\d\.\d{{4}} on {served['rows']:,} rows \(95% interval "
+      r"[+-]\d\.\d{4} to [+-]\d\.\d{4}\), .*", headline[2]), headline
+  assert ("not the deepfm" in headline[2]) == (
+      served["served"] == contract.LR_OUTPUT)
+  headline = headline[:2] + headline[3:]
   # Each gated metric with its 95% interval (components.gate_metrics).
   interval = r"[+-]?\d\.\d{4} \[[+-]?\d\.\d{4}, [+-]?\d\.\d{4}\]"
   assert re.fullmatch(rf"model:      AUC {interval}  log loss 0\.\d{{4}}  "

@@ -13,6 +13,7 @@ from commands.cli import parser as cli_parser
 from pipeline.config import PipelineConfig
 from trainer_module import contract
 from trainer_module import input_pipeline
+from trainer_module import paired_statistics
 from trainer_module import serving
 from trainer_module import trainer
 from trainer_module.settings import TrainerSettings
@@ -83,35 +84,102 @@ def test_served_probability_is_the_replicas_mean_or_replica_zero():
                                 replicas[2])
 
 
-def _auc(value):
-  return {"best": {"val_auc": value}}
+class _Scores:
+  """A model that returns the logits of fixed probabilities, in the order
+  of the validation batches (served_probabilities calls it per batch)."""
+
+  def __init__(self, probabilities, batch=100):
+    self._batches = iter(np.split(np.asarray(probabilities), len(
+        probabilities) // batch))
+
+  def __call__(self, features, training=False):
+    p = next(self._batches)
+    return tf.constant(np.log(p / (1 - p))[:, None])
 
 
-@pytest.mark.parametrize("options, record, lr_auc, served", [
-    # One model: its own validation AUC against the baseline's.
-    ({}, _auc(0.70), 0.71, contract.LR_OUTPUT),
-    ({}, _auc(0.71), 0.70, "model"),
-    ({}, _auc(0.70), 0.70, "model"),  # a tie keeps the model
-    ({"serve": "model"}, _auc(0.60), 0.71, "model"),
-    # Replicas served as their ensemble: the mean of theirs (0.705).
-    ({"replicas": 2}, {**_auc(0.69), "replicas": [_auc(0.69), _auc(0.72)]},
-     0.70, "model"),
-    # Replica 0 served alone: its AUC only.
-    ({"replicas": 2, "push": "single"},
-     {**_auc(0.69), "replicas": [_auc(0.69), _auc(0.72)]}, 0.70,
-     contract.LR_OUTPUT),
-    # The distilled student: its AUC, not the replicas'.
-    ({"replicas": 2, "distill": True},
-     {**_auc(0.72), "distillation": _auc(0.68)}, 0.70, contract.LR_OUTPUT),
+def _validation(labels, batch=100):
+  return [({"f": tf.zeros([batch, 1])}, tf.constant(labels[i:i + batch]))
+          for i in range(0, len(labels), batch)]
+
+
+def _rows(n, model_gain, seed=0):
+  """n validation labels, the baseline's probabilities and the model's:
+  its scores carry `model_gain` more of the label's signal."""
+  rng = np.random.default_rng(seed)
+  labels = (rng.random(n) < 0.25).astype(np.float64)
+  signal = labels + rng.normal(0, 1.0, n)
+  noise = rng.normal(0, 1.0, n)
+  lr = 1 / (1 + np.exp(-(signal - 1)))
+  model = 1 / (1 + np.exp(-(signal + model_gain * labels + 0.3 * noise - 1)))
+  return labels, lr, model
+
+
+def _choose(options, labels, lr, model):
+  settings = TrainerSettings(dataset="criteo", **options)
+  return trainer.choose_served(
+      settings, labels, model, {"labels": labels, "predictions": lr})
+
+
+def test_the_model_is_not_served_on_a_difference_the_paired_test_cannot_tell_from_zero():
+  # 600 rows, as a first run's validation slice: the model's AUC is higher
+  # (the scalar comparison served it), but inside the noise.
+  labels, lr, model = _rows(600, 0.08, seed=2)
+  chosen = _choose({}, labels, lr, model)
+  low, high = chosen["interval"]
+  assert chosen["model_validation_auc"] > chosen["lr_validation_auc"]
+  assert low < 0 < chosen["difference"] < high
+  assert chosen["served"] == contract.LR_OUTPUT
+  assert chosen["rows"] == 600
+  assert "not above the baseline's beyond noise" in chosen["reason"]
+  # The same gain on 60,000 rows is beyond noise: the model is served.
+  labels, lr, model = _rows(60_000, 0.08, seed=2)
+  chosen = _choose({}, labels, lr, model)
+  assert chosen["interval"][0] > 0
+  assert chosen["served"] == "model"
+  # --serve model serves it whatever the test says.
+  labels, lr, model = _rows(600, -0.5)
+  chosen = _choose({"serve": "model"}, labels, lr, model)
+  assert chosen["difference"] < 0
+  assert (chosen["served"], chosen["serve"], chosen["model"]) == (
+      "model", "model", "deepfm")
+
+
+def test_the_paired_difference_is_delong_on_the_same_rows():
+  labels, lr, model = _rows(2_000, 0.5, seed=3)
+  chosen = _choose({}, labels, lr, model)
+  expected = paired_statistics.auc_difference(labels, model, lr)
+  assert chosen["difference"] == pytest.approx(expected.value, abs=1e-12)
+  assert chosen["interval"] == pytest.approx(list(expected.interval()))
+  assert chosen["model_validation_auc"] - chosen["lr_validation_auc"] == (
+      pytest.approx(expected.value))
+
+
+def test_a_baseline_without_validation_predictions_or_of_other_rows():
+  labels, lr, model = _rows(600, 0.08)
+  settings = TrainerSettings(dataset="criteo")
+  chosen = trainer.choose_served(settings, labels, model, None)
+  assert chosen["served"] == "model"
+  assert "no validation predictions" in chosen["reason"]
+  with pytest.raises(ValueError, match="validation rows differ"):
+    trainer.choose_served(settings, labels, model, {
+        "labels": labels[::-1], "predictions": lr})
+
+
+@pytest.mark.parametrize("options, expected", [
+    ({}, lambda p: p[0]),
+    ({"replicas": 2}, lambda p: (p[0] + p[1]) / 2),  # the ensemble
+    ({"replicas": 2, "push": "single"}, lambda p: p[0]),
 ])
-def test_the_better_of_model_and_baseline_by_validation_auc_is_served(
-    options, record, lr_auc, served):
-  chosen = trainer.choose_served(
-      TrainerSettings(dataset="criteo", **options), record, _auc(lr_auc))
-  assert chosen["served"] == served
-  assert chosen["lr_validation_auc"] == lr_auc
-  assert (chosen["serve"], chosen["model"]) == (
-      options.get("serve", "best"), "deepfm")
+def test_the_served_probabilities_are_what_the_export_serves(options,
+                                                              expected):
+  labels, lr, model = _rows(300, 0.5)
+  probabilities = [model, lr]
+  replicas = [_Scores(p) for p in probabilities]
+  got_labels, got = trainer.served_probabilities(
+      TrainerSettings(dataset="criteo", **options),
+      replicas[:options.get("replicas", 1)], _validation(labels))
+  np.testing.assert_array_equal(got_labels, labels)
+  np.testing.assert_allclose(got, expected(probabilities), rtol=1e-6)
 
 
 def _seeds_trained(monkeypatch, count, seed, log_dir):

@@ -491,6 +491,13 @@ def test_study_command_trains_every_run_and_resumes(criteo_study_dir,
                                                       row["logloss"])
     assert 0.0 < float(row["lr_auc"]) <= 1.0
     assert 0.0 < float(row["auc"]) <= 1.0
+    # What run_fn would serve, by the paired test on the validation slice
+    # (trainer.choose_served), and that one's eval AUC.
+    low, difference, high = (float(row[f"validation_auc_{k}"])
+                             for k in ("low", "difference", "high"))
+    assert low < difference < high and int(row["validation_rows"]) > 0
+    assert row["served"] == ("model" if low > 0 else "lr")
+    assert row["served_auc"] == row["auc" if low > 0 else "lr_auc"]
     assert float(row["logloss"]) > 0 and float(row["examples_per_second"]) > 0
     # One epoch: its rate is the row's.
     assert float(row["examples_per_second_by_epoch"]) == pytest.approx(
@@ -536,6 +543,10 @@ def test_study_command_trains_every_run_and_resumes(criteo_study_dir,
   assert "cores" in resumed["machine"] and resumed["commit"]
   assert (resumed["lr_auc"], resumed["lr_logloss"]) == (first["lr_auc"],
                                                         first["lr_logloss"])
+  # The kept baseline's validation probabilities decide the served model
+  # of the fresh DIR's run as they did the first's.
+  assert resumed["validation_rows"] == first["validation_rows"]
+  assert resumed["served"] in ("model", "lr")
 
   csv_path = results / "study.csv"
   csv_path.write_text(csv_path.read_text().replace(

@@ -128,20 +128,33 @@ def test_headline_of_a_pushed_and_of_a_refused_run(tmp_path):
 
 def test_a_run_serving_its_baseline_says_so_everywhere(tmp_path):
   served = {"served": contract.LR_OUTPUT, "serve": "best", "model": "deepfm",
-            "model_validation_auc": 0.6421, "lr_validation_auc": 0.6702}
+            "model_validation_auc": 0.7202, "lr_validation_auc": 0.7153,
+            "difference": 0.0049, "interval": [-0.0123, 0.0221],
+            "rows": 723}
   run = _summary(str(tmp_path), training={**TRAINING, "served": served})
-  line = ("the logistic-regression baseline, not the deepfm: its validation "
-          "AUC 0.6702 beat the deepfm's 0.6421, so the metrics above are the "
-          "baseline's (--serve model serves the model whatever its AUC)")
+  evidence = ("validation AUC of the deepfm minus the logistic regression's "
+              "+0.0049 on 723 rows (95% interval -0.0123 to +0.0221)")
+  line = (f"the logistic-regression baseline, not the deepfm: {evidence}, "
+          "not above zero beyond noise, so the simpler model is served and "
+          "the metrics above are its own (--serve model serves the deepfm "
+          "whatever its AUC)")
   assert f"served:     {line}" in report_text.headline(run, None).splitlines()
   assert f"served:    {line}" in report_text.describe(run).splitlines()
   with open(report.write_run_page(run)) as f:
     assert html.escape(f"Served: {line}") in f.read()
-  model_served = _summary(str(tmp_path), training={
-      **TRAINING, "served": {**served, "served": "model"}})
-  assert not any(line.startswith("served:") for line in (
-      report_text.headline(model_served, None) + "\n" +
-      report_text.describe(model_served)).splitlines())
+  # The model served says so too, with the same evidence.
+  model_served = _summary(str(tmp_path), training={**TRAINING, "served": {
+      **served, "served": "model", "difference": 0.0312,
+      "interval": [0.0101, 0.0523]}})
+  line = ("the deepfm: validation AUC of the deepfm minus the logistic "
+          "regression's +0.0312 on 723 rows (95% interval +0.0101 to "
+          "+0.0523), above zero beyond noise")
+  assert f"served:     {line}" in report_text.headline(
+      model_served, None).splitlines()
+  forced = _summary(str(tmp_path), training={**TRAINING, "served": {
+      **served, "served": "model", "serve": "model"}})
+  assert report_text.served_text(forced).endswith(
+      "+0.0221), --serve model")
 
 
 # The gate's intervals (components.gate_metrics), as TFMA's loader names

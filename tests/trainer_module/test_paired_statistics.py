@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from components import gate_statistics
+from trainer_module import paired_statistics
 
 
 def _midranks(x):
@@ -58,7 +58,7 @@ def _data(rows, seed, ties=False):
 @pytest.mark.parametrize("ties", [False, True])
 def test_delong_matches_the_fast_delong_reference(ties):
   labels, a, b = _data(3000, seed=1, ties=ties)
-  aucs, cov = gate_statistics.delong(labels, a, b)
+  aucs, cov = paired_statistics.delong(labels, a, b)
   expected_aucs, expected_cov = _fast_delong(labels, [a, b])
   np.testing.assert_allclose(aucs, expected_aucs, rtol=0, atol=1e-12)
   np.testing.assert_allclose(cov, expected_cov, rtol=1e-9, atol=0)
@@ -67,12 +67,12 @@ def test_delong_matches_the_fast_delong_reference(ties):
 
 def test_paired_difference_is_far_tighter_than_either_auc():
   labels, a, b = _data(3000, seed=2)
-  aucs, cov = gate_statistics.delong(labels, a, b)
-  diff = gate_statistics.auc_difference(labels, a, b)
+  aucs, cov = paired_statistics.delong(labels, a, b)
+  diff = paired_statistics.auc_difference(labels, a, b)
   assert diff.value == pytest.approx(aucs[0] - aucs[1])
   assert diff.standard_error == pytest.approx(
       np.sqrt(cov[0, 0] + cov[1, 1] - 2 * cov[0, 1]))
-  single = gate_statistics.auc(labels, a)
+  single = paired_statistics.auc(labels, a)
   assert single.standard_error == pytest.approx(np.sqrt(cov[0, 0]))
   # The same rows' noise cancels: correlated scores, a tighter difference.
   assert diff.standard_error < np.sqrt(cov[0, 0] + cov[1, 1])
@@ -89,16 +89,16 @@ def test_auc_interval_covers_as_stated():
     labels = (rng.random(500) < 1 / (1 + np.exp(1.0 - x))).astype(float)
     a = x + rng.normal(size=500)
     b = x + rng.normal(size=500)
-    low, high = gate_statistics.auc_difference(labels, a, b).interval()
+    low, high = paired_statistics.auc_difference(labels, a, b).interval()
     covered += low <= 0 <= high
   assert 0.92 <= covered / trials <= 0.98
 
 
 def test_no_auc_without_both_classes():
-  aucs, cov = gate_statistics.delong(np.zeros(5), np.arange(5.0))
+  aucs, cov = paired_statistics.delong(np.zeros(5), np.arange(5.0))
   assert np.isnan(aucs).all() and np.isnan(cov).all()
   with pytest.raises(ValueError, match="labels 0 or 1"):
-    gate_statistics.delong(np.array([0, 0.5, 1]), np.arange(3.0))
+    paired_statistics.delong(np.array([0, 0.5, 1]), np.arange(3.0))
 
 
 def test_log_loss_difference_is_the_mean_of_paired_differences():
@@ -106,7 +106,7 @@ def test_log_loss_difference_is_the_mean_of_paired_differences():
   pa, pb = 1 / (1 + np.exp(1.5 - a)), 1 / (1 + np.exp(1.5 - b))
   d = (-(labels * np.log(pa) + (1 - labels) * np.log(1 - pa)) +
        (labels * np.log(pb) + (1 - labels) * np.log(1 - pb)))
-  got = gate_statistics.log_loss_difference(labels, pa, pb)
+  got = paired_statistics.log_loss_difference(labels, pa, pb)
   assert got.value == pytest.approx(d.mean(), rel=1e-9)
   assert got.standard_error == pytest.approx(
       d.std(ddof=1) / np.sqrt(len(d)), rel=1e-9)
@@ -116,7 +116,7 @@ def test_calibration_delta_method_matches_its_long_form():
   rng = np.random.default_rng(5)
   p = rng.beta(2, 10, size=1787)
   labels = (rng.random(1787) < p * 1.1).astype(float)
-  got = gate_statistics.calibration(labels, p)
+  got = paired_statistics.calibration(labels, p)
   n, mean_p, mean_y = len(p), p.mean(), labels.mean()
   cov = np.cov(p, labels) / n  # Of the two means.
   ratio = mean_p / mean_y
@@ -134,7 +134,7 @@ def test_calibration_standard_error_matches_simulation():
   p = np.clip(rng.beta(1.7, 8.3, size=(trials, rows)), 1e-4, 1)
   labels = (rng.random((trials, rows)) < p).astype(float)
   ratios = p.sum(axis=1) / labels.sum(axis=1)
-  predicted = np.median([gate_statistics.calibration(labels[i], p[i])
+  predicted = np.median([paired_statistics.calibration(labels[i], p[i])
                          .standard_error for i in range(50)])
   assert predicted == pytest.approx(ratios.std(), rel=0.08)
   assert 0.04 < predicted < 0.07  # The issue's ~+-5% at this size.

@@ -1,15 +1,17 @@
-"""The gate's statistics with their standard errors, from the eval rows.
+"""Statistics of scored rows with their standard errors: the gate's, and
+the Trainer's choice of the served model.
 
-A gate that compares point estimates refuses good models on noise: at
-1,787 eval rows and a 17% click rate the mean label alone is uncertain by
-about +-5%, and an AUC from a few thousand rows by about +-0.01, ten times
-the 0.001 margins. Each function here gives an estimate and its standard
-error, so components.gate_metrics can check the confidence bound instead.
-docs/gate.md has the maths and measurements.
+A comparison of point estimates decides on noise: at 1,787 eval rows and a
+17% click rate the mean label alone is uncertain by about +-5%, and an AUC
+from a few thousand rows by about +-0.01, ten times the 0.001 margins. Each
+function here gives an estimate and its standard error, so the gate
+(components.gate_metrics) and trainer.choose_served check a confidence
+bound instead. docs/gate.md has the maths and measurements.
 
-Paired where the gate compares two scores of the same rows (model against
+Paired where two scores of the same rows are compared (model against
 logistic regression, candidate against the served model): the rows' noise
 is shared, so the difference is much more precise than either value.
+NumPy only, so that every layer above can use it.
 """
 
 import dataclasses

@@ -1,0 +1,139 @@
+"""docs/gate.md, "The served model": which model run_fn serves, measured.
+
+run: per dataset and training-row count, generates the data (seeded, the
+training rows plus the dataset's eval share) and runs `study` with the
+default trainer at its seeds: every run's study.csv row holds the DeepFM's
+and the logistic regression's eval AUC, what trainer.choose_served serves
+(the `served` column) and the paired validation difference it chose by.
+Each study's results are committed under docs/served_choice/ as they
+finish, so a stopped queue resumes where it was (`study` skips the rows
+it has).
+
+table: the markdown table of docs/gate.md from those study.csv files.
+
+  python docs/scripts/served_choice.py [--results DIR] run ROOT criteo \
+      5000,20000,100000 --seeds 1,2,3,4,5 -- --batch-sizes 1024 --epochs 10
+  python docs/scripts/served_choice.py table
+ROOT holds the generated data and the pipelines (scratch).
+"""
+
+import argparse
+import csv
+import math
+import os
+import statistics
+import subprocess
+import sys
+
+from trainer_module import features
+
+RESULTS = os.path.join("docs", "served_choice")
+# What is committed of each study: not the kept baseline (tens of MB at
+# millions of rows; refitted, deterministically, where it is missing).
+COMMITTED = ("study.csv", "study.md", "study_settings.json")
+# The criterion of issue #60: the served model's mean eval AUC at least
+# the better model's mean minus this.
+TOLERANCE = 0.001
+
+
+def _results(results: str, dataset: str, train_rows: int) -> str:
+  return os.path.join(results, f"{dataset}-{train_rows}")
+
+
+def run(root: str, results_root: str, dataset: str, sizes, seeds: str,
+        study_flags) -> None:
+  eval_fraction = features.DATASETS[dataset].eval_fraction
+  for train_rows in sizes:
+    rows = round(train_rows / (1 - eval_fraction))
+    data = os.path.join(root, "data", f"{dataset}-{train_rows}", "train.txt")
+    if not os.path.exists(data):
+      subprocess.run([sys.executable, "-m", "pipeline", "generate",
+                      "--format", dataset, "--rows", str(rows), "--seed", "1",
+                      "--out", data], check=True)
+    results = _results(results_root, dataset, train_rows)
+    subprocess.run([sys.executable, "-m", "pipeline", "study", "--dataset",
+                    dataset, "--data", data, "--output",
+                    os.path.join(root, "pipelines", f"{dataset}-{train_rows}"),
+                    "--results", results, "--rules", "cowclip",
+                    "--seeds", seeds, *study_flags], check=True)
+    kept = [name for name in COMMITTED
+            if os.path.exists(os.path.join(results, name))]
+    subprocess.run(["git", "-C", results, "add", "--", *kept], check=True)
+    subprocess.run(["git", "-C", results, "commit", "--quiet", "-m",
+                    f"docs/served_choice: {dataset} at {train_rows:,} "
+                    f"training rows, seeds {seeds}", "--", *kept],
+                   check=False)
+
+
+def _mean(values):
+  values = [v for v in values if isinstance(v, float) and math.isfinite(v)]
+  return statistics.mean(values) if values else math.nan
+
+
+def _rows(path: str):
+  with open(path, newline="") as f:
+    for row in csv.DictReader(f):
+      if not row.get("served"):
+        continue
+      yield {k: (row[k] if k == "served" else float(row[k]))
+             for k in ("served", "auc", "lr_auc", "served_auc",
+                       "validation_auc_difference", "validation_auc_low",
+                       "validation_rows", "train_examples", "batch_size")}
+
+
+def table(results_root: str) -> str:
+  """One line per study: the seeds, how often each model was served (by
+  the paired test, and by the scalar comparison it replaced: the model
+  whenever its validation AUC was higher), and the mean eval AUCs."""
+  lines = [
+      "| data | training rows | batch | seeds | validation rows | DeepFM "
+      "served (paired test) | DeepFM served (scalar rule) | mean eval AUC: "
+      "DeepFM | logistic regression | served (paired test) | served "
+      "(scalar rule) | served >= better - 0.001 |",
+      "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+      "| ---: | --- |"]
+  for name in sorted(os.listdir(results_root), key=lambda n: (
+      n.split("-")[0], int(n.split("-")[1]))):
+    path = os.path.join(results_root, name, "study.csv")
+    rows = list(_rows(path)) if os.path.exists(path) else []
+    if not rows:
+      continue
+    scalar = [r["auc"] if r["validation_auc_difference"] > 0 else
+              r["lr_auc"] for r in rows]
+    model, lr = _mean([r["auc"] for r in rows]), _mean(
+        [r["lr_auc"] for r in rows])
+    served = _mean([r["served_auc"] for r in rows])
+    dataset, train_rows = name.split("-")
+    lines.append(
+        f"| {dataset} | {int(train_rows):,} | {int(rows[0]['batch_size'])} "
+        f"| {len(rows)} | {int(rows[0]['validation_rows']):,} | "
+        f"{sum(r['served'] == 'model' for r in rows)} | "
+        f"{sum(r['validation_auc_difference'] > 0 for r in rows)} | "
+        f"{model:.4f} | {lr:.4f} | {served:.4f} | {_mean(scalar):.4f} | "
+        f"{'yes' if served >= max(model, lr) - TOLERANCE else 'no'} |")
+  return "\n".join(lines)
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--results", default=RESULTS,
+                      help="one folder per study under it (in git)")
+  commands = parser.add_subparsers(dest="command", required=True)
+  run_parser = commands.add_parser("run")
+  run_parser.add_argument("root")
+  run_parser.add_argument("dataset", choices=sorted(features.DATASETS))
+  run_parser.add_argument("sizes", type=lambda s: [int(v) for v in
+                                                   s.split(",")])
+  run_parser.add_argument("--seeds", default="1,2,3,4,5")
+  commands.add_parser("table")
+  # Flags after "--" go to every study.
+  args, study_flags = parser.parse_known_args()
+  if args.command == "run":
+    run(args.root, args.results, args.dataset, args.sizes, args.seeds,
+        [f for f in study_flags if f != "--"])
+  else:
+    print(table(args.results))
+
+
+if __name__ == "__main__":
+  main()
