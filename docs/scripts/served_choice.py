@@ -24,6 +24,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 
 from trainer_module import features
 
@@ -56,13 +57,28 @@ def run(root: str, results_root: str, dataset: str, sizes, seeds: str,
                     os.path.join(root, "pipelines", f"{dataset}-{train_rows}"),
                     "--results", results, "--rules", "cowclip",
                     "--seeds", seeds, *study_flags], check=True)
-    kept = [name for name in COMMITTED
-            if os.path.exists(os.path.join(results, name))]
-    subprocess.run(["git", "-C", results, "add", "--", *kept], check=True)
-    subprocess.run(["git", "-C", results, "commit", "--quiet", "-m",
-                    f"docs/served_choice: {dataset} at {train_rows:,} "
-                    f"training rows, seeds {seeds}", "--", *kept],
-                   check=False)
+    _commit(results, [name for name in COMMITTED
+                      if os.path.exists(os.path.join(results, name))],
+            f"docs/served_choice: {dataset} at {train_rows:,} training "
+            f"rows, seeds {seeds}")
+
+
+def _commit(results: str, names, message: str) -> None:
+  """Commits `names` in `results` alone, retried while another git command
+  (a second queue, a developer) holds the index."""
+  for _ in range(20):
+    if (subprocess.run(["git", "-C", results, "add", "--", *names]
+                      ).returncode == 0 and
+        subprocess.run(["git", "-C", results, "diff", "--cached", "--quiet",
+                        "--", *names]).returncode in (0, 1)):
+      done = subprocess.run(["git", "-C", results, "commit", "--quiet", "-m",
+                             message, "--", *names])
+      staged = subprocess.run(["git", "-C", results, "diff", "--cached",
+                               "--quiet", "--", *names]).returncode
+      if done.returncode == 0 or staged == 0:
+        return
+    time.sleep(5)
+  print(f"could not commit {results}", file=sys.stderr)
 
 
 def _mean(values):
