@@ -23,6 +23,8 @@ import numpy as np
 # The confidence of every interval the gate checks and reports.
 CONFIDENCE = 0.95
 Z = statistics.NormalDist().inv_cdf(0.5 + CONFIDENCE / 2)
+# The same confidence on one side: a test of "higher", not of "different".
+Z_ONE_SIDED = statistics.NormalDist().inv_cdf(CONFIDENCE)
 # Predictions are clipped to [EPSILON, 1 - EPSILON] in the log loss (Keras').
 EPSILON = 1e-7
 
@@ -37,6 +39,11 @@ class Estimate:
     """The two-sided normal interval, at CONFIDENCE by default."""
     return (self.value - z * self.standard_error,
             self.value + z * self.standard_error)
+
+  def lower_bound(self) -> float:
+    """The one-sided lower confidence bound, at CONFIDENCE: the value is
+    above zero beyond noise when this is."""
+    return self.value - Z_ONE_SIDED * self.standard_error
 
 
 def _binary(labels: np.ndarray) -> np.ndarray:

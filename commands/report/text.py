@@ -127,7 +127,7 @@ def warm_start_text(run: RunSummary) -> Optional[str]:
 def served_text(run: RunSummary) -> Optional[str]:
   """Which model the export serves, and why, in the gate's words: the
   Trainer serves the model only when its validation AUC is above the
-  logistic regression's beyond the noise of a paired test
+  logistic regression's beyond the noise of a paired one-sided test
   (trainer.choose_served); None when the run has no record."""
   served = (run.training or {}).get("served")
   if not served:
@@ -135,11 +135,11 @@ def served_text(run: RunSummary) -> Optional[str]:
   model = served["model"]
   if "difference" not in served:  # A record without the paired test.
     return f"the {model}: {served.get('reason', '--serve model')}"
-  low, high = served["interval"]
   evidence = (f"validation AUC of the {model} minus the logistic "
               f"regression's {served['difference']:+.4f} on "
-              f"{served['rows']:,} rows ({paired_statistics.CONFIDENCE:.0%} "
-              f"interval {low:+.4f} to {high:+.4f})")
+              f"{served['rows']:,} rows (one-sided "
+              f"{paired_statistics.CONFIDENCE:.0%} lower bound "
+              f"{served['lower_bound']:+.4f})")
   if served["served"] == "model":
     why = ("--serve model" if served["serve"] == "model" else
            "above zero beyond noise")

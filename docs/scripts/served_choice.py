@@ -9,7 +9,10 @@ Each study's results are committed under docs/served_choice/ as they
 finish, so a stopped queue resumes where it was (`study` skips the rows
 it has).
 
-table: the markdown table of docs/gate.md from those study.csv files.
+table: the markdown table of docs/gate.md from those study.csv files: per
+study, the served model's mean eval AUC under choose_served's rule and
+under the two it was chosen against, each recomputed from every row's
+recorded validation difference.
 
   python docs/scripts/served_choice.py [--results DIR] run ROOT criteo \
       5000,20000,100000 --seeds 1,2,3,4,5 -- --batch-sizes 1024 --epochs 10
@@ -27,6 +30,7 @@ import sys
 import time
 
 from trainer_module import features
+from trainer_module import paired_statistics
 
 RESULTS = os.path.join("docs", "served_choice")
 # What is committed of each study: not the kept baseline (tens of MB at
@@ -89,44 +93,64 @@ def _mean(values):
 def _rows(path: str):
   with open(path, newline="") as f:
     for row in csv.DictReader(f):
-      if not row.get("served"):
-        continue
-      yield {k: (row[k] if k == "served" else float(row[k]))
-             for k in ("served", "auc", "lr_auc", "served_auc",
-                       "validation_auc_difference", "validation_auc_low",
-                       "validation_rows", "train_examples", "batch_size")}
+      if row.get("validation_auc_difference"):
+        yield {k: float(row[k]) for k in (
+            "auc", "lr_auc", "validation_auc_difference", "validation_auc_low",
+            "validation_auc_high", "validation_rows", "batch_size")}
+
+
+def _difference(row) -> paired_statistics.Estimate:
+  """The paired validation difference a row was chosen by (its recorded
+  two-sided 95% interval gives the standard error)."""
+  return paired_statistics.Estimate(row["validation_auc_difference"], (
+      row["validation_auc_high"] - row["validation_auc_low"]) / (
+          2 * paired_statistics.Z))
+
+
+# Which model each rule serves, from the paired difference alone: the
+# choose_served rule (one-sided 95%), the two-sided 95% interval's lower
+# end, and the scalar comparison before issue #60.
+RULES = {
+    "one-sided 95% (the rule)": lambda d: d.lower_bound() > 0,
+    "two-sided 95%": lambda d: d.interval()[0] > 0,
+    "scalar": lambda d: d.value > 0,
+}
 
 
 def table(results_root: str) -> str:
-  """One line per study: the seeds, how often each model was served (by
-  the paired test, and by the scalar comparison it replaced: the model
-  whenever its validation AUC was higher), and the mean eval AUCs."""
+  """One line per study: the models' mean eval AUCs, and under each rule
+  the mean eval AUC of the model it serves and how often it served the
+  DeepFM. The choice is recomputed from each row's recorded difference,
+  so rows trained under another rule count under every one."""
   lines = [
-      "| data | training rows | batch | seeds | validation rows | DeepFM "
-      "served (paired test) | DeepFM served (scalar rule) | mean eval AUC: "
-      "DeepFM | logistic regression | served (paired test) | served "
-      "(scalar rule) | served >= better - 0.001 |",
-      "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-      "| ---: | --- |"]
-  for name in sorted(os.listdir(results_root), key=lambda n: (
-      n.split("-")[0], int(n.split("-")[1]))):
+      "| data | training rows | seeds | validation rows | mean eval AUC: "
+      "DeepFM | logistic regression | " + " | ".join(
+          f"served, {rule}" for rule in RULES) + " | the rule's within "
+      "0.001 of the better |",
+      "| --- | ---: | ---: | ---: | ---: | ---: | " +
+      " | ".join("---:" for _ in RULES) + " | --- |"]
+  studies = [n for n in os.listdir(results_root)
+             if os.path.isdir(os.path.join(results_root, n))]
+  for name in sorted(studies, key=lambda n: (n.split("-")[0],
+                                             int(n.split("-")[1]))):
     path = os.path.join(results_root, name, "study.csv")
     rows = list(_rows(path)) if os.path.exists(path) else []
     if not rows:
       continue
-    scalar = [r["auc"] if r["validation_auc_difference"] > 0 else
-              r["lr_auc"] for r in rows]
     model, lr = _mean([r["auc"] for r in rows]), _mean(
         [r["lr_auc"] for r in rows])
-    served = _mean([r["served_auc"] for r in rows])
+    cells, met = [], None
+    for serves_model in RULES.values():
+      picks = [serves_model(_difference(r)) for r in rows]
+      served = _mean([r["auc"] if p else r["lr_auc"]
+                      for r, p in zip(rows, picks)])
+      cells.append(f"{served:.4f} ({sum(picks)}/{len(rows)} DeepFM)")
+      met = served >= max(model, lr) - TOLERANCE if met is None else met
     dataset, train_rows = name.split("-")
     lines.append(
-        f"| {dataset} | {int(train_rows):,} | {int(rows[0]['batch_size'])} "
-        f"| {len(rows)} | {int(rows[0]['validation_rows']):,} | "
-        f"{sum(r['served'] == 'model' for r in rows)} | "
-        f"{sum(r['validation_auc_difference'] > 0 for r in rows)} | "
-        f"{model:.4f} | {lr:.4f} | {served:.4f} | {_mean(scalar):.4f} | "
-        f"{'yes' if served >= max(model, lr) - TOLERANCE else 'no'} |")
+        f"| {dataset} | {int(train_rows):,} | {len(rows)} | "
+        f"{int(rows[0]['validation_rows']):,} | {model:.4f} | {lr:.4f} | "
+        + " | ".join(cells) + f" | {'yes' if met else 'no'} |")
   return "\n".join(lines)
 
 

@@ -180,8 +180,8 @@ def test_console_shows_progress_and_the_headline_and_logs_the_rest(
   assert re.fullmatch(
       r"served:     the (logistic-regression baseline, not the )?deepfm: "
       r"validation AUC of the deepfm minus the logistic regression's "
-      rf"[+-]\d\.\d{{4}} on {served['rows']:,} rows \(95% interval "
-      r"[+-]\d\.\d{4} to [+-]\d\.\d{4}\), .*", headline[2]), headline
+      rf"[+-]\d\.\d{{4}} on {served['rows']:,} rows \(one-sided 95% "
+      r"lower bound [+-]\d\.\d{4}\), .*", headline[2]), headline
   assert ("not the deepfm" in headline[2]) == (
       served["served"] == contract.LR_OUTPUT)
   headline = headline[:2] + headline[3:]

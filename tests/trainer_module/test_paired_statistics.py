@@ -94,6 +94,13 @@ def test_auc_interval_covers_as_stated():
   assert 0.92 <= covered / trials <= 0.98
 
 
+def test_the_one_sided_bound_is_at_the_same_confidence():
+  estimate = paired_statistics.Estimate(0.01, 0.004)
+  # NormalDist().inv_cdf(0.95): 5% of the mass above 1.6449 SE.
+  assert estimate.lower_bound() == pytest.approx(0.01 - 1.6448536 * 0.004)
+  assert estimate.interval()[0] < estimate.lower_bound() < estimate.value
+
+
 def test_no_auc_without_both_classes():
   aucs, cov = paired_statistics.delong(np.zeros(5), np.arange(5.0))
   assert np.isnan(aucs).all() and np.isnan(cov).all()

@@ -128,13 +128,14 @@ def test_the_model_is_not_served_on_a_difference_the_paired_test_cannot_tell_fro
   low, high = chosen["interval"]
   assert chosen["model_validation_auc"] > chosen["lr_validation_auc"]
   assert low < 0 < chosen["difference"] < high
+  assert chosen["lower_bound"] < 0
   assert chosen["served"] == contract.LR_OUTPUT
   assert chosen["rows"] == 600
   assert "not above the baseline's beyond noise" in chosen["reason"]
   # The same gain on 60,000 rows is beyond noise: the model is served.
   labels, lr, model = _rows(60_000, 0.08, seed=2)
   chosen = _choose({}, labels, lr, model)
-  assert chosen["interval"][0] > 0
+  assert chosen["lower_bound"] > 0
   assert chosen["served"] == "model"
   # --serve model serves it whatever the test says.
   labels, lr, model = _rows(600, -0.5)
@@ -142,6 +143,26 @@ def test_the_model_is_not_served_on_a_difference_the_paired_test_cannot_tell_fro
   assert chosen["difference"] < 0
   assert (chosen["served"], chosen["serve"], chosen["model"]) == (
       "model", "model", "deepfm")
+
+
+@pytest.mark.parametrize("standard_errors, served", [
+    (1.70, "model"),  # above the one-sided bound (1.645 SE), inside 1.96
+    (1.60, contract.LR_OUTPUT),
+    (-3.0, contract.LR_OUTPUT),
+])
+def test_the_rule_is_the_one_sided_95_percent_bound(monkeypatch,
+                                                    standard_errors, served):
+  """The model is better or not: a one-sided test. A difference between
+  1.645 and 1.96 standard errors serves the model, though its two-sided
+  interval holds zero (docs/gate.md, "The served model")."""
+  labels, lr, model = _rows(600, 0.08)
+  monkeypatch.setattr(
+      trainer.paired_statistics, "auc_difference",
+      lambda *_: paired_statistics.Estimate(standard_errors * 0.002, 0.002))
+  chosen = _choose({}, labels, lr, model)
+  assert chosen["served"] == served
+  assert chosen["lower_bound"] == pytest.approx(
+      0.002 * (standard_errors - 1.6448536))
 
 
 def test_the_paired_difference_is_delong_on_the_same_rows():

@@ -130,10 +130,10 @@ def test_a_run_serving_its_baseline_says_so_everywhere(tmp_path):
   served = {"served": contract.LR_OUTPUT, "serve": "best", "model": "deepfm",
             "model_validation_auc": 0.7202, "lr_validation_auc": 0.7153,
             "difference": 0.0049, "interval": [-0.0123, 0.0221],
-            "rows": 723}
+            "lower_bound": -0.0095, "rows": 723}
   run = _summary(str(tmp_path), training={**TRAINING, "served": served})
   evidence = ("validation AUC of the deepfm minus the logistic regression's "
-              "+0.0049 on 723 rows (95% interval -0.0123 to +0.0221)")
+              "+0.0049 on 723 rows (one-sided 95% lower bound -0.0095)")
   line = (f"the logistic-regression baseline, not the deepfm: {evidence}, "
           "not above zero beyond noise, so the simpler model is served and "
           "the metrics above are its own (--serve model serves the deepfm "
@@ -145,16 +145,16 @@ def test_a_run_serving_its_baseline_says_so_everywhere(tmp_path):
   # The model served says so too, with the same evidence.
   model_served = _summary(str(tmp_path), training={**TRAINING, "served": {
       **served, "served": "model", "difference": 0.0312,
-      "interval": [0.0101, 0.0523]}})
+      "interval": [0.0101, 0.0523], "lower_bound": 0.0135}})
   line = ("the deepfm: validation AUC of the deepfm minus the logistic "
-          "regression's +0.0312 on 723 rows (95% interval +0.0101 to "
-          "+0.0523), above zero beyond noise")
+          "regression's +0.0312 on 723 rows (one-sided 95% lower bound "
+          "+0.0135), above zero beyond noise")
   assert f"served:     {line}" in report_text.headline(
       model_served, None).splitlines()
   forced = _summary(str(tmp_path), training={**TRAINING, "served": {
       **served, "served": "model", "serve": "model"}})
   assert report_text.served_text(forced).endswith(
-      "+0.0221), --serve model")
+      "-0.0095), --serve model")
 
 
 # The gate's intervals (components.gate_metrics), as TFMA's loader names
