@@ -5,7 +5,7 @@ A comparison of point estimates decides on noise: at 1,787 eval rows and a
 17% click rate the mean label alone is uncertain by about +-5%, and an AUC
 from a few thousand rows by about +-0.01, ten times the 0.001 margins. Each
 function here gives an estimate and its standard error, so the gate
-(components.gate_metrics) and trainer.choose_served check a confidence
+(components.gate_metrics) and served_model.choose_served check a confidence
 bound instead. docs/gate.md has the maths and measurements.
 
 Paired where two scores of the same rows are compared (model against

@@ -44,7 +44,7 @@ def serving_outputs(probabilities: Sequence[tf.Tensor],
   self-ensemble) or replica 0's (push "single"); each replica's is also
   returned under contract.replica_output(i). contract.LR_OUTPUT is the
   logistic-regression baseline's, and with `serve_baseline` it is also
-  PREDICTION_KEY (trainer.choose_served).
+  PREDICTION_KEY (served_model.choose_served).
   """
   outputs = {contract.LR_OUTPUT: baseline_probability}
   if len(probabilities) > 1:

@@ -63,8 +63,8 @@ PUSH_MODES = ("ensemble", "single")
 DEFAULT_PUSH = "ensemble"
 # What the exported model serves: the model only when its validation AUC is
 # above its logistic-regression baseline's beyond the noise of a paired
-# test, else the simpler baseline (trainer.choose_served); or the model
-# whatever its AUC (the gate may then refuse it).
+# test, else the simpler baseline (served_model.choose_served); or the
+# model whatever its AUC (the gate may then refuse it).
 SERVE_MODES = ("best", "model")
 DEFAULT_SERVE = "best"
 # How training spreads over devices and machines (distribution.py's module
@@ -268,8 +268,8 @@ class TrainerSettings:
       Its cost grows faster than the rows (docs/lr_baseline.md).
     serve: one of SERVE_MODES: "best" serves the model only when its
       validation AUC is above the logistic-regression baseline's beyond
-      noise (trainer.choose_served; at small data sizes a linear model
-      often ranks better), else the baseline; "model" the model.
+      noise (served_model.choose_served; at small data sizes a linear
+      model often ranks better), else the baseline; "model" the model.
     warm_start: start from the model served when the pipeline first
       trained on this data (its Trainer's base_model), embedding rows
       carried over by id (warm_start.py); a served model of another

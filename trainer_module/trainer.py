@@ -33,8 +33,8 @@ from trainer_module import contract
 from trainer_module import distribution
 from trainer_module import linear_fit
 from trainer_module import models
-from trainer_module import paired_statistics
 from trainer_module import preprocessing
+from trainer_module import served_model
 from trainer_module import training
 from trainer_module.input_pipeline import release_memory
 from trainer_module.input_pipeline import TrainingData
@@ -218,7 +218,9 @@ def train_baseline(settings: TrainerSettings, data: TrainingData,
   Returns:
     The fitted Keras "lr" model and its record: build_and_compile's, with
     "best" (the kept C's validation metrics before the refit, as Keras
-    measures the model's: choose_served compares the two), "grid" [{"c",
+    measures the model's), BASELINE_VALIDATION (the path fit's validation
+    labels and probabilities: served_model.choose_served compares them
+    with the model's), "grid" [{"c",
     "l2", "iterations", "val_logloss", "seconds"}], "c" and "l2" (the kept
     one's), "train_rows" (the training rows fitted: the first ones that fit
     in memory, linear_fit.rows_that_fit, and at most baseline_rows; all of
@@ -256,8 +258,8 @@ def train_baseline(settings: TrainerSettings, data: TrainingData,
   linear_fit.set_linear_weights(model, fitted["path_coef"],
                                 fitted["path_intercept"])
   best = model.evaluate(data.validation, return_dict=True, verbose=0)
-  labels, _, (path_probabilities,) = validation_scores([model],
-                                                       data.validation)
+  labels, _, (path_probabilities,) = served_model.validation_scores(
+      [model], data.validation)
   linear_fit.set_linear_weights(model, fitted["coef"], fitted["intercept"])
   record.update(
       best={f"val_{k}": float(v) for k, v in best.items()},
@@ -273,8 +275,9 @@ def train_baseline(settings: TrainerSettings, data: TrainingData,
 
 # A fitted baseline kept in a directory: its weights, its record (the
 # keys below, and any the caller adds: the study's data fingerprint) and
-# its path fit's validation labels and probabilities (choose_served), one
-# float64 each per validation row: too many for the JSON record.
+# its path fit's validation labels and probabilities (served_model.
+# choose_served), one float64 each per validation row: too many for the
+# JSON record.
 BASELINE_WEIGHTS = "baseline.weights.h5"
 BASELINE_RECORD = "baseline.json"
 BASELINE_VALIDATION = "validation"
@@ -425,24 +428,6 @@ def _backup_dir(root: Optional[str], name: str) -> Optional[str]:
   return None if root is None else os.path.join(root, name)
 
 
-def validation_scores(scored: Sequence[keras.Model], validation
-                     ) -> Tuple[np.ndarray, np.ndarray, List[np.ndarray]]:
-  """(labels, weights, each model's probabilities) of the validation slice,
-  row by row, in one pass over it."""
-  labels, weights = [], []
-  predictions = [[] for _ in scored]
-  for batch in validation:
-    features, label, weight = keras.utils.unpack_x_y_sample_weight(batch)
-    labels.append(np.asarray(label).reshape(-1))
-    weights.append(np.ones_like(labels[-1], np.float64) if weight is None
-                   else np.asarray(weight).reshape(-1))
-    for model, out in zip(scored, predictions):
-      out.append(tf.sigmoid(model(features, training=False)).numpy()
-                 .reshape(-1).astype(np.float64))
-  return (np.concatenate(labels), np.concatenate(weights),
-          [np.concatenate(p) for p in predictions])
-
-
 def compare_with_ensemble(student: models.CTRModel,
                           replicas: Sequence[models.CTRModel],
                           validation) -> Dict[str, float]:
@@ -450,7 +435,7 @@ def compare_with_ensemble(student: models.CTRModel,
   ensemble (their mean probability) and of replica 0, and the student's
   Prediction Difference against the ensemble (contract.
   prediction_difference)."""
-  labels, weights, (student_p, *replica_p) = validation_scores(
+  labels, weights, (student_p, *replica_p) = served_model.validation_scores(
       [student, *replicas], validation)
   ensemble_p = np.mean(replica_p, axis=0)
 
@@ -466,84 +451,11 @@ def compare_with_ensemble(student: models.CTRModel,
           "replica_pd": contract.prediction_difference(replica_p, weights)}
 
 
-def served_probabilities(settings: TrainerSettings,
-                          replicas: Sequence[models.CTRModel],
-                          validation) -> Tuple[np.ndarray, np.ndarray]:
-  """(labels, probabilities) of the validation slice as the export serves
-  the model (serving.py): the replicas' mean with push "ensemble", else
-  replica 0's (or the distilled student's: train_replicas hands it over
-  as the only replica)."""
-  served = (replicas if settings.push == "ensemble" else replicas[:1])
-  labels, _, probabilities = validation_scores(served, validation)
-  return labels, np.mean(probabilities, axis=0)
-
-
-def choose_served(settings: TrainerSettings, labels: np.ndarray,
-                  model_probabilities: np.ndarray,
-                  baseline_validation: Optional[Mapping[str, np.ndarray]]
-                 ) -> Dict[str, Any]:
-  """Which of the model and its logistic-regression baseline the export
-  serves (settings.serve), by a paired test on the validation slice.
-
-  With "best" the model is served only when its AUC is above the
-  baseline's beyond the noise of those rows: the one-sided 95% lower bound
-  of the paired difference (paired_statistics.auc_difference, DeLong) is
-  above zero. Otherwise the simpler model is served. One-sided, because
-  the question is whether the model is better, not whether they differ:
-  the two-sided bound (1.96 SE) kept the logistic regression in four of
-  five runs at 100k Avazu rows where the DeepFM was 0.002 better on the
-  eval split; the scalar comparison it replaces served the DeepFM on
-  noise at 5k-20k rows, 0.002 below the regression (issue #60; docs/
-  gate.md, "The served model", has both). The baseline's
-  probabilities are its L2 path fit's, before the refit on the validation
-  slice itself. A baseline kept by an older version without them
-  (keep_baseline) leaves the model served. The eval split is left to the
-  Evaluator, whose gate then judges what is served.
-
-  The validation rows are unweighted: negative down-sampling drops
-  non-clicks at random, which leaves the AUC's expectation as it is.
-
-  Returns:
-    {"served": "model" or contract.LR_OUTPUT, "serve": settings.serve,
-     "model": settings.model, "model_validation_auc", "lr_validation_auc",
-     "difference", "interval" [low, high] (two-sided, the gate's),
-     "lower_bound" (one-sided, the rule's), "rows", "reason"}.
-  """
-  if baseline_validation is None:
-    return {"served": "model", "serve": settings.serve,
-            "model": settings.model, "reason": "the kept baseline has no "
-            "validation predictions (fitted by an older version)"}
-  if not np.array_equal(labels, baseline_validation["labels"]):
-    raise ValueError("the baseline's validation rows differ from the "
-                     "model's: the validation slice was read in another "
-                     "order")
-  aucs, _ = paired_statistics.delong(
-      labels, model_probabilities, baseline_validation["predictions"])
-  difference = paired_statistics.auc_difference(
-      labels, model_probabilities, baseline_validation["predictions"])
-  low, high = difference.interval()
-  beyond_noise = bool(difference.lower_bound() > 0)
-  lr_served = settings.serve == "best" and not beyond_noise
-  if settings.serve == "model":
-    reason = "--serve model"
-  elif beyond_noise:
-    reason = "its validation AUC is above the baseline's beyond noise"
-  else:
-    reason = ("the model's validation AUC is not above the baseline's "
-              "beyond noise: the simpler model is served")
-  return {"served": contract.LR_OUTPUT if lr_served else "model",
-          "serve": settings.serve, "model": settings.model,
-          "model_validation_auc": float(aucs[0]),
-          "lr_validation_auc": float(aucs[1]),
-          "difference": difference.value, "interval": [low, high],
-          "lower_bound": difference.lower_bound(),
-          "rows": int(labels.size), "reason": reason}
-
-
 def run_fn(fn_args) -> None:
   """Trains the configured CTR model with CowClip and its logistic-
   regression baseline, and exports both in one SavedModel, serving the
-  model or, when it ranks better, the baseline (choose_served)."""
+  model or, unless the model is better beyond noise, the baseline
+  (served_model.choose_served)."""
   settings = TrainerSettings.from_custom_config(fn_args.custom_config)
   # First: a multi-worker strategy (and a CPU split) must exist before
   # anything initialises TensorFlow's runtime.
@@ -586,9 +498,9 @@ def run_fn(fn_args) -> None:
       steps_per_epoch=steps_per_epoch(data.train_examples, batch_size),
       logistic_regression={k: baseline_record[k]
                            for k in BASELINE_RECORD_KEYS},
-      served=choose_served(
-          settings, *served_probabilities(settings, replicas,
-                                          data.validation),
+      served=served_model.choose_served(
+          settings, *served_model.served_probabilities(
+              settings, replicas, data.validation),
           baseline_record.get(BASELINE_VALIDATION)))
   serve_baseline = record["served"]["served"] == contract.LR_OUTPUT
   logging.info("serving the %s: %s", "logistic-regression baseline"

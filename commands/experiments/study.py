@@ -67,6 +67,7 @@ from trainer_module import input_pipeline
 from trainer_module import model_building
 from trainer_module import models
 from trainer_module import scaling
+from trainer_module import served_model
 from trainer_module import serving
 from trainer_module import trainer
 from trainer_module import training
@@ -331,8 +332,8 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
                 study_results.DISTILLATION_COLUMNS
                 if "distillation" in trained})
 
-  row.update(served_columns(trainer.choose_served(
-      trainer_settings, *trainer.served_probabilities(
+  row.update(served_columns(served_model.choose_served(
+      trainer_settings, *served_model.served_probabilities(
           trainer_settings, replicas, data.validation),
       setup.baseline_validation)))
   serving_dir = os.path.join(run_dir, "serving")
@@ -469,7 +470,8 @@ def run_study(config: PipelineConfig, runs: Sequence[StudyRun],
   setup = StudySetup(
       config=config, inputs=inputs, tf_transform_output=tf_transform_output,
       train_files=tuple(train_files), held=held, baseline=baseline,
-      baseline_validation=baseline_validation, results=results, fingerprint=fingerprint,
+      baseline_validation=baseline_validation, results=results,
+      fingerprint=fingerprint,
       machine=study_provenance.machine_description(),
       commit=study_provenance.code_commit())
   for i, run in enumerate(todo, start=1):

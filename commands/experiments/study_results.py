@@ -24,7 +24,7 @@ _REPLICA_COLUMNS = ("replicas", "push", "replica_pd") + tuple(
 _LAST_EPOCH_COLUMNS = ("last_auc", "last_logloss", "last_calibration")
 # The logistic-regression baseline served beside every run.
 _BASELINE_COLUMNS = ("lr_auc", "lr_logloss")
-# What run_fn would serve (trainer.choose_served: "model" or "lr"), the
+# What run_fn would serve (served_model.choose_served: "model" or "lr"), the
 # paired validation AUC difference (model minus baseline) and 95% interval
 # it chose by, and the served one's eval AUC.
 _SERVED_COLUMNS = ("served", "served_auc", "validation_auc_difference",

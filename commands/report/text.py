@@ -128,7 +128,7 @@ def served_text(run: RunSummary) -> Optional[str]:
   """Which model the export serves, and why, in the gate's words: the
   Trainer serves the model only when its validation AUC is above the
   logistic regression's beyond the noise of a paired one-sided test
-  (trainer.choose_served); None when the run has no record."""
+  (served_model.choose_served); None when the run has no record."""
   served = (run.training or {}).get("served")
   if not served:
     return None

@@ -3,7 +3,7 @@
 run: per dataset and training-row count, generates the data (seeded, the
 training rows plus the dataset's eval share) and runs `study` with the
 default trainer at its seeds: every run's study.csv row holds the DeepFM's
-and the logistic regression's eval AUC, what trainer.choose_served serves
+and the logistic regression's eval AUC, what served_model.choose_served serves
 (the `served` column) and the paired validation difference it chose by.
 Each study's results are committed under docs/served_choice/ as they
 finish, so a stopped queue resumes where it was (`study` skips the rows

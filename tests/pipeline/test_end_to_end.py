@@ -164,7 +164,7 @@ def test_console_shows_progress_and_the_headline_and_logs_the_rest(
   assert [l.split(": ")[2] for l in skipped] == [
       str(data / name) for name in FOREIGN_FILES[dataset]], console_output
   # A "served:" line says which model is served, and why
-  # (trainer.choose_served).
+  # (served_model.choose_served).
   start = max(i for i, l in enumerate(lines) if l.startswith("model:"))
   headline = lines[start:]
   # "on noise:" lines after the verdict when a check passed on its
@@ -319,7 +319,7 @@ def test_production_practice_options_reach_model_record_gate_and_report(
   record = _record(output)
   replicas = [outputs[contract.replica_output(i)].numpy() for i in (0, 1)]
   # The replicas' mean, or the logistic regression when it ranked better
-  # on the validation slice (trainer.choose_served; the gate then judges it).
+  # on the validation slice (served_model.choose_served; the gate then judges it).
   served = (outputs[contract.LR_OUTPUT].numpy()
             if record["served"]["served"] == contract.LR_OUTPUT
             else np.mean(replicas, axis=0))

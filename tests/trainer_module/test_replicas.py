@@ -14,6 +14,7 @@ from pipeline.config import PipelineConfig
 from trainer_module import contract
 from trainer_module import input_pipeline
 from trainer_module import paired_statistics
+from trainer_module import served_model
 from trainer_module import serving
 from trainer_module import trainer
 from trainer_module.settings import TrainerSettings
@@ -116,7 +117,7 @@ def _rows(n, model_gain, seed=0):
 
 def _choose(options, labels, lr, model):
   settings = TrainerSettings(dataset="criteo", **options)
-  return trainer.choose_served(
+  return served_model.choose_served(
       settings, labels, model, {"labels": labels, "predictions": lr})
 
 
@@ -157,7 +158,7 @@ def test_the_rule_is_the_one_sided_95_percent_bound(monkeypatch,
   interval holds zero (docs/gate.md, "The served model")."""
   labels, lr, model = _rows(600, 0.08)
   monkeypatch.setattr(
-      trainer.paired_statistics, "auc_difference",
+      served_model.paired_statistics, "auc_difference",
       lambda *_: paired_statistics.Estimate(standard_errors * 0.002, 0.002))
   chosen = _choose({}, labels, lr, model)
   assert chosen["served"] == served
@@ -178,11 +179,11 @@ def test_the_paired_difference_is_delong_on_the_same_rows():
 def test_a_baseline_without_validation_predictions_or_of_other_rows():
   labels, lr, model = _rows(600, 0.08)
   settings = TrainerSettings(dataset="criteo")
-  chosen = trainer.choose_served(settings, labels, model, None)
+  chosen = served_model.choose_served(settings, labels, model, None)
   assert chosen["served"] == "model"
   assert "no validation predictions" in chosen["reason"]
   with pytest.raises(ValueError, match="validation rows differ"):
-    trainer.choose_served(settings, labels, model, {
+    served_model.choose_served(settings, labels, model, {
         "labels": labels[::-1], "predictions": lr})
 
 
@@ -196,7 +197,7 @@ def test_the_served_probabilities_are_what_the_export_serves(options,
   labels, lr, model = _rows(300, 0.5)
   probabilities = [model, lr]
   replicas = [_Scores(p) for p in probabilities]
-  got_labels, got = trainer.served_probabilities(
+  got_labels, got = served_model.served_probabilities(
       TrainerSettings(dataset="criteo", **options),
       replicas[:options.get("replicas", 1)], _validation(labels))
   np.testing.assert_array_equal(got_labels, labels)

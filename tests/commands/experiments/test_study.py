@@ -493,7 +493,7 @@ def test_study_command_trains_every_run_and_resumes(criteo_study_dir,
     assert 0.0 < float(row["lr_auc"]) <= 1.0
     assert 0.0 < float(row["auc"]) <= 1.0
     # What run_fn would serve, by the paired test on the validation slice
-    # (trainer.choose_served), and that one's eval AUC.
+    # (served_model.choose_served), and that one's eval AUC.
     low, difference, high = (float(row[f"validation_auc_{k}"])
                              for k in ("low", "difference", "high"))
     assert low < difference < high and int(row["validation_rows"]) > 0
