@@ -98,10 +98,16 @@ def auc(labels: np.ndarray, scores: np.ndarray) -> Estimate:
 def auc_difference(labels: np.ndarray, first: np.ndarray,
                    second: np.ndarray) -> Estimate:
   """AUC(first) - AUC(second) on the same rows, paired (DeLong)."""
+  return paired_aucs(labels, first, second)[1]
+
+
+def paired_aucs(labels: np.ndarray, first: np.ndarray, second: np.ndarray
+               ) -> Tuple[np.ndarray, Estimate]:
+  """(both AUCs, auc_difference) from one DeLong pass over the rows."""
   aucs, c = delong(labels, first, second)
   variance = c[0, 0] + c[1, 1] - 2 * c[0, 1]
-  return Estimate(float(aucs[0] - aucs[1]),
-                  float(np.sqrt(max(variance, 0.0))))
+  return aucs, Estimate(float(aucs[0] - aucs[1]),
+                        float(np.sqrt(max(variance, 0.0))))
 
 
 def log_loss(labels: np.ndarray, predictions: np.ndarray) -> np.ndarray:

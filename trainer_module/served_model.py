@@ -43,7 +43,7 @@ def served_probabilities(settings: TrainerSettings,
   the model (serving.py): the replicas' mean with push "ensemble", else
   replica 0's (or the distilled student's: train_replicas hands it over
   as the only replica)."""
-  served = (replicas if settings.push == "ensemble" else replicas[:1])
+  served = replicas if settings.push == "ensemble" else replicas[:1]
   labels, _, probabilities = validation_scores(served, validation)
   return labels, np.mean(probabilities, axis=0)
 
@@ -87,9 +87,7 @@ def choose_served(settings: TrainerSettings, labels: np.ndarray,
     raise ValueError("the baseline's validation rows differ from the "
                      "model's: the validation slice was read in another "
                      "order")
-  aucs, _ = paired_statistics.delong(
-      labels, model_probabilities, baseline_validation["predictions"])
-  difference = paired_statistics.auc_difference(
+  aucs, difference = paired_statistics.paired_aucs(
       labels, model_probabilities, baseline_validation["predictions"])
   low, high = difference.interval()
   beyond_noise = bool(difference.lower_bound() > 0)

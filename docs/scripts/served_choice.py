@@ -70,17 +70,14 @@ def run(root: str, results_root: str, dataset: str, sizes, seeds: str,
 def _commit(results: str, names, message: str) -> None:
   """Commits `names` in `results` alone, retried while another git command
   (a second queue, a developer) holds the index."""
+  git = ["git", "-C", results]
   for _ in range(20):
-    if (subprocess.run(["git", "-C", results, "add", "--", *names]
-                      ).returncode == 0 and
-        subprocess.run(["git", "-C", results, "diff", "--cached", "--quiet",
-                        "--", *names]).returncode in (0, 1)):
-      done = subprocess.run(["git", "-C", results, "commit", "--quiet", "-m",
-                             message, "--", *names])
-      staged = subprocess.run(["git", "-C", results, "diff", "--cached",
-                               "--quiet", "--", *names]).returncode
-      if done.returncode == 0 or staged == 0:
-        return
+    subprocess.run([*git, "add", "--", *names])
+    subprocess.run([*git, "commit", "--quiet", "-m", message, "--", *names])
+    # Done when nothing of `names` is left staged or changed.
+    if subprocess.run([*git, "diff", "HEAD", "--quiet", "--", *names]
+                     ).returncode == 0:
+      return
     time.sleep(5)
   print(f"could not commit {results}", file=sys.stderr)
 

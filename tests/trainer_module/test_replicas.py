@@ -158,8 +158,9 @@ def test_the_rule_is_the_one_sided_95_percent_bound(monkeypatch,
   interval holds zero (docs/gate.md, "The served model")."""
   labels, lr, model = _rows(600, 0.08)
   monkeypatch.setattr(
-      served_model.paired_statistics, "auc_difference",
-      lambda *_: paired_statistics.Estimate(standard_errors * 0.002, 0.002))
+      served_model.paired_statistics, "paired_aucs",
+      lambda *_: (np.array([0.7, 0.7]), paired_statistics.Estimate(
+          standard_errors * 0.002, 0.002)))
   chosen = _choose({}, labels, lr, model)
   assert chosen["served"] == served
   assert chosen["lower_bound"] == pytest.approx(
