@@ -164,9 +164,9 @@ class GradientRows(NamedTuple):
   weights: tf.Tensor
 
 
-def gradient_rows(gradient: Gradient, embeddings, ids: DistinctIds,
-                  l2: float = 0.0) -> GradientRows:
-  """A lookup's gradient as one row per distinct id, with the L2 gradient.
+def gradient_rows(gradient: Gradient, embeddings, ids: DistinctIds
+                 ) -> GradientRows:
+  """A lookup's gradient as one row per distinct id.
 
   ``gradient`` is the gradient of a lookup of ``embeddings`` by the field's
   ids: a tf.IndexedSlices with one slice per id, in the ids' order (what
@@ -194,7 +194,33 @@ def gradient_rows(gradient: Gradient, embeddings, ids: DistinctIds,
       raise ValueError(f"CowClip dense gradient has shape {gradient.shape}, "
                        f"embeddings {table_shape}")
     rows = tf.gather(gradient, ids.ids)
-  return GradientRows(rows + (2 * l2) * weights, weights)
+  return GradientRows(rows, weights)
+
+
+def add_l2(rows: GradientRows, l2: float) -> GradientRows:
+  """The rows' L2 gradient added: 2 * l2 * W_k (the loss's l2 * sum(W^2))."""
+  return rows._replace(rows=rows.rows + (2 * l2) * rows.weights)
+
+
+def dense_gradient(rows: tf.Tensor, ids: DistinctIds, embeddings, l2: float,
+                   data_gradient: Optional[tf.Tensor] = None) -> tf.Tensor:
+  """A table's whole [V, d] gradient: the batch's `rows` in place, every
+  other row its L2 gradient 2 * l2 * W (plus a dense `data_gradient`'s
+  row): the full-table gradient of the loss + L2, without a [V, d] pass
+  per op."""
+  outside = (2 * l2) * tf.convert_to_tensor(embeddings)
+  if data_gradient is not None:
+    outside += data_gradient
+  return tf.tensor_scatter_nd_update(outside, ids.ids[:, tf.newaxis], rows)
+
+
+def sparse_gradient(rows: tf.Tensor, ids: DistinctIds,
+                    embeddings) -> tf.IndexedSlices:
+  """A table's gradient on the batch's rows only: one slice per distinct id
+  (what Keras 3 optimizers need: Adam squares slice values before summing
+  duplicates)."""
+  return tf.IndexedSlices(rows, ids.ids,
+                          tf.shape(embeddings, out_type=ids.ids.dtype))
 
 
 def clip_gradient_rows(rows: GradientRows, ids: DistinctIds,
@@ -249,23 +275,21 @@ def table_gradient(gradient: Gradient, embeddings, ids: DistinctIds,
     batch's rows replaced by their (clipped) rows; rows outside the batch
     are never clipped. Sparse: only the batch's rows.
   """
-  rows = gradient_rows(gradient, embeddings, ids, l2)
+  rows = add_l2(gradient_rows(gradient, embeddings, ids), l2)
   clipped = batch_ids = None
   grad_rows = rows.rows
   if clip is not None:
     grad_rows, clipped, batch_ids = clip_gradient_rows(rows, ids, clip)
   if sparse:
-    return TableGradient(
-        tf.IndexedSlices(grad_rows, ids.ids,
-                         tf.shape(embeddings, out_type=ids.ids.dtype)),
-        tf.reduce_sum(tf.square(rows.weights)), clipped, batch_ids)
-  table = tf.convert_to_tensor(embeddings)
-  outside = (2 * l2) * table
-  if not isinstance(gradient, tf.IndexedSlices):
-    outside += gradient
+    return TableGradient(sparse_gradient(grad_rows, ids, embeddings),
+                         tf.reduce_sum(tf.square(rows.weights)), clipped,
+                         batch_ids)
   return TableGradient(
-      tf.tensor_scatter_nd_update(outside, ids.ids[:, tf.newaxis], grad_rows),
-      tf.reduce_sum(tf.square(table)), clipped, batch_ids)
+      dense_gradient(grad_rows, ids, embeddings, l2,
+                     None if isinstance(gradient, tf.IndexedSlices)
+                     else gradient),
+      tf.reduce_sum(tf.square(tf.convert_to_tensor(embeddings))), clipped,
+      batch_ids)
 
 
 def clip_rows(rows: tf.Tensor, counts: tf.Tensor, weight_norms: tf.Tensor,

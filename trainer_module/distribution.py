@@ -2,7 +2,7 @@
 replica sums and gathers that keep the CowClip step exact.
 
 An exact data-parallel CowClip step over R replicas at global batch B makes
-the update one device makes at batch B (training.CowClipTrainer.train_step):
+the update one device makes at batch B (training.Step.train_step):
 
 * the loss is normalised by the GLOBAL batch (its importance weights
   summed over replicas), so the replicas' dense gradients SUM to the

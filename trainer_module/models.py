@@ -33,8 +33,9 @@ Inputs are the Transform output (see features.py): a dict with every field
 of ``vocab_sizes`` as int ids [batch] or [batch, 1] in [0, vocab size) and
 every dense feature as float [batch] or [batch, 1]. Other keys are ignored.
 
-The training step lives in training.CowClipTrainer, mixed into CTRModel the
-way Keras mixes its Trainer into Model.
+The training step is not the model's: training.compile_model hands the
+model a training.Step (its gradient chain, optimizers' updates and
+metrics), which CTRModel.train_step and test_step call.
 """
 
 import dataclasses
@@ -44,9 +45,9 @@ import keras
 from keras import ops
 import tensorflow as tf
 
+from trainer_module import callbacks as callbacks_lib
 from trainer_module import precision as precision_lib
 from trainer_module import settings
-from trainer_module import training
 
 # The model names, the baseline's and the precisions are the settings'
 # (trainer_module.settings, no TensorFlow): ModelOptions lives there too.
@@ -236,12 +237,16 @@ class MatrixCrossNetwork(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package="cowclip_ctr")
-class CTRModel(training.CowClipTrainer, keras.Model):
+class CTRModel(keras.Model):
   """One of MODELS over per-field embeddings; returns one logit [batch, 1].
 
   Built on construction (all variables exist), so the training step can
   split them into embedding tables and dense weights before the first batch.
   """
+
+  # The training.Step that compile_model gives the model (None: not
+  # compiled for training).
+  training_step = None
 
   def __init__(self, architecture: str, vocab_sizes: Mapping[str, int],
                dense_features: Sequence[str],
@@ -304,6 +309,49 @@ class CTRModel(training.CowClipTrainer, keras.Model):
   def vocab_sizes(self) -> Mapping[str, int]:
     return dict(self.vocab_size_items)
 
+  def _step(self):
+    if self.training_step is None:
+      raise RuntimeError(f"model {self.name!r} was not compiled for CowClip "
+                         "training: call training.compile_model(model, "
+                         "config) before fit/evaluate")
+    return self.training_step
+
+  def train_step(self, data):
+    return self._step().train_step(self, data)
+
+  def test_step(self, data):
+    return self._step().test_step(self, data)
+
+  @property
+  def metrics(self):
+    # Only the step's, so Keras resets them each epoch.
+    return [] if self.training_step is None else self.training_step.metrics
+
+  def fit(self, *args, **kwargs):
+    """keras.Model.fit, always with a NonFiniteLossGuard."""
+    callbacks = list(kwargs.pop("callbacks", None) or [])
+    if not any(isinstance(c, callbacks_lib.NonFiniteLossGuard)
+               for c in callbacks):
+      callbacks.append(callbacks_lib.NonFiniteLossGuard())
+    return super().fit(*args, callbacks=callbacks, **kwargs)
+
+  def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+    """Nothing to build: the model is built when made and compile_model
+    builds the optimizers. (Under a tf.distribute strategy Keras would
+    build from the first batch reduced over the replicas: the ids averaged
+    into floats by MirroredStrategy, and a failure under
+    MultiWorkerMirroredStrategy.)"""
+    del iterator, data_batch
+
+  def _trackable_children(self, save_type="checkpoint", **kwargs):
+    children = super()._trackable_children(save_type, **kwargs)
+    if save_type == "savedmodel":
+      # A serving SavedModel needs the weights, not 2 Adam slots per weight
+      # (3x the embedding tables); checkpoints keep them.
+      for name in ("optimizer", "embedding_optimizer"):
+        children.pop(name, None)
+    return children
+
   @property
   def deep_input_dim(self) -> int:
     """Size of the DNN/cross input: all field embeddings plus dense values."""
@@ -343,6 +391,15 @@ class CTRModel(training.CowClipTrainer, keras.Model):
     return [(field, deep.embeddings, wide.embeddings)
             for field, deep, wide in zip(self.fields, self.deep_embeddings,
                                          self.wide_embeddings)]
+
+  def split_variables(self) -> Tuple[List[keras.Variable],
+                                     List[keras.Variable]]:
+    """(embedding tables: deep and wide of each field, dense weights)."""
+    tables = [v for _, deep, wide in self.embedding_tables()
+              for v in (deep, wide) if v is not None]
+    table_ids = {id(v) for v in tables}
+    dense = [v for v in self.trainable_variables if id(v) not in table_ids]
+    return tables, dense
 
   def field_ids(self, features: Mapping[str, object], field: str):
     """The [batch] ids of ``field``, with a clear error for bad input."""

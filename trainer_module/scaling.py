@@ -25,7 +25,7 @@ embedding learning rate fixed it is scaled by s to keep its per-epoch pull.
 
 import math
 import numbers
-from typing import Dict, Mapping, Sequence
+from typing import Dict, Mapping, Sequence, Tuple
 
 from trainer_module import hparams
 
@@ -142,3 +142,54 @@ def auto_base_hparams(published: Mapping[str, float],
                           AUTO_MAX_DENSE_LR)),
   }
   return {**published, **{k: derived[k] for k in keys}}
+
+
+# --batch-size auto (the default): the largest power of two from the base
+# batch size (the paper's 1024) up to MAX_AUTO_BATCH_SIZE that still gives
+# an epoch MIN_STEPS_PER_EPOCH steps. Why that floor: the paper-regime
+# study held its AUC at 32768 with 269 steps an epoch (8.8M training rows,
+# docs/study_paper_regime: CowClip -0.00004 against `none` at 1024), and
+# the paper's 128K runs had 280-315 (Criteo's and Avazu's 36-41M training
+# rows); no run with fewer steps was measured. The cap: 65536 is the
+# largest batch the study runs; the paper's Table 6 shows the clip's form
+# deciding the AUC at 128K.
+AUTO_BATCH_SIZE = "auto"
+MAX_AUTO_BATCH_SIZE = 65536
+MIN_STEPS_PER_EPOCH = 256
+
+
+def steps_per_epoch(train_examples: int, batch_size: int) -> int:
+  """Training steps of one epoch: the last, partial batch is a step."""
+  return math.ceil(train_examples / batch_size)
+
+
+def auto_batch_size(train_examples: int, base_batch_size: int,
+                    replicas: int = 1) -> Tuple[int, str]:
+  """The batch size `--batch-size auto` trains with, and why.
+
+  The largest power of two times `base_batch_size`, at most
+  MAX_AUTO_BATCH_SIZE, whose epoch of `train_examples` rows still has
+  MIN_STEPS_PER_EPOCH steps; the base batch size when none has (small data
+  trains as the paper's base runs do), or, on fewer rows than that, the
+  largest power of two they hold. Rounded down to a multiple of the
+  replicas, which split each batch.
+  """
+  batch = base_batch_size
+  while (batch * 2 <= MAX_AUTO_BATCH_SIZE and
+         steps_per_epoch(train_examples, batch * 2) >= MIN_STEPS_PER_EPOCH):
+    batch *= 2
+  larger = batch * 2
+  if batch > train_examples:
+    batch = 2 ** int(math.log2(max(train_examples, 1)))
+    why = (f"the largest power of two not above the {train_examples:,} "
+           f"training rows (fewer than the base batch size {base_batch_size})")
+  elif larger > MAX_AUTO_BATCH_SIZE:
+    why = (f"{steps_per_epoch(train_examples, batch):,} steps an epoch on "
+           f"{train_examples:,} training rows; {MAX_AUTO_BATCH_SIZE} is the "
+           "largest auto batch size")
+  else:
+    why = (f"{steps_per_epoch(train_examples, batch):,} steps an epoch on "
+           f"{train_examples:,} training rows; {larger} would give "
+           f"{steps_per_epoch(train_examples, larger):,}, under "
+           f"{MIN_STEPS_PER_EPOCH}")
+  return max(batch - batch % replicas, replicas), f"auto: {why}"

@@ -17,7 +17,7 @@ defined here and imported there.
 
 import dataclasses
 import numbers
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 from trainer_module import features
 from trainer_module import hparams as hparams_lib
@@ -36,8 +36,9 @@ DEFAULT_EMBEDDING_UPDATE = "dense"
 # CowClip's threshold formulas (cowclip.py's module doc).
 COWCLIP_VARIANTS = ("paper", "reference")
 DEFAULT_COWCLIP_VARIANT = "paper"
-# The batch size of a run when none is given: the paper's base batch size.
-DEFAULT_BATCH_SIZE = 1024
+# The batch size of a run when none is given: chosen from the training rows
+# (scaling.auto_batch_size), resolved once per run (plan.resolve).
+DEFAULT_BATCH_SIZE = scaling.AUTO_BATCH_SIZE
 # Training runs at most this many epochs; early stopping on a validation
 # slice of the train split ends it sooner and keeps the best epoch.
 DEFAULT_EPOCHS = 10
@@ -78,6 +79,14 @@ DEFAULT_NEGATIVE_SAMPLING_RATE = 1.0
 # its step size grafted from Adam (shampoo.py); the embedding tables keep
 # Adam and CowClip either way.
 DENSE_OPTIMIZERS = ("adam", "shampoo")
+
+
+def batch_size_flag(text: str):
+  """--batch-size: 'auto' or a positive integer."""
+  return text if text == scaling.AUTO_BATCH_SIZE else int(text)
+
+
+batch_size_flag.__name__ = f"'{scaling.AUTO_BATCH_SIZE}' or an integer"
 
 
 def check_positive_int(name: str, value) -> None:
@@ -183,7 +192,7 @@ class ModelOptions:
 @dataclasses.dataclass(frozen=True)
 class StepOptions:
   """What the training step does besides the model's gradient
-  (training.CowClipTrainer).
+  (training.Step).
 
   Attributes:
     cowclip: clip the deep embedding gradients with CowClip.
@@ -236,8 +245,9 @@ class TrainerSettings:
   Attributes:
     dataset: 'criteo' or 'avazu' (features.DATASETS).
     model: one of MODELS.
-    batch_size: training batch size; the scaling rule maps the base
-      hyperparameters from base_batch_size to it.
+    batch_size: training batch size, or scaling.AUTO_BATCH_SIZE: chosen
+      from the training rows (scaling.auto_batch_size); the scaling rule
+      maps the base hyperparameters from base_batch_size to it.
     epochs: the most training epochs (early stopping ends sooner).
     scaling_rule: one of scaling.RULES.
     hparams: overrides of the dataset's base hyperparameters (hparams.NAMES,
@@ -289,9 +299,13 @@ class TrainerSettings:
   """
   dataset: str
   model: str = options.option(DEFAULT_MODEL, "the model", choices=MODELS)
-  batch_size: int = options.option(
+  batch_size: Union[int, str] = options.option(
       DEFAULT_BATCH_SIZE, "training batch size: the scaling rule maps the "
-      "base hyperparameters to it")
+      f"base hyperparameters to it. {scaling.AUTO_BATCH_SIZE}: the largest "
+      f"power of two from the base batch size up to "
+      f"{scaling.MAX_AUTO_BATCH_SIZE} that gives an epoch "
+      f"{scaling.MIN_STEPS_PER_EPOCH} steps", parse=batch_size_flag,
+      metavar="N|auto")
   epochs: int = options.option(
       DEFAULT_EPOCHS, "most training epochs; early stopping on a validation "
       "slice of the train split ends sooner and keeps the best epoch")
@@ -380,7 +394,12 @@ class TrainerSettings:
       fill(self, "step", StepOptions(**self.step))
     fill(self, "frequency_thresholds", tuple(self.frequency_thresholds))
     options.check_choices(self)
-    for name in ("batch_size", "epochs", "base_batch_size",
+    if self.batch_size != scaling.AUTO_BATCH_SIZE and (
+        isinstance(self.batch_size, bool) or
+        not isinstance(self.batch_size, int) or self.batch_size <= 0):
+      raise ValueError(f"batch_size must be '{scaling.AUTO_BATCH_SIZE}' or "
+                       f"a positive integer, got {self.batch_size!r}")
+    for name in ("epochs", "base_batch_size",
                  "reference_examples", "replicas", "cpu_devices"):
       check_positive_int(name, getattr(self, name))
     if self.baseline_rows is not None:

@@ -33,9 +33,11 @@ from trainer_module import contract
 from trainer_module import distribution
 from trainer_module import linear_fit
 from trainer_module import models
+from trainer_module import plan as plan_lib
 from trainer_module import preprocessing
 from trainer_module import served_model
 from trainer_module import training
+from trainer_module.input_pipeline import hold_split
 from trainer_module.input_pipeline import release_memory
 from trainer_module.input_pipeline import TrainingData
 from trainer_module.input_pipeline import training_data
@@ -44,8 +46,6 @@ from trainer_module.model_building import BASELINE_C_GRID
 from trainer_module.model_building import l2_of_c
 from trainer_module.model_building import build_and_compile
 from trainer_module.model_building import check_training_fits
-from trainer_module.model_building import model_options
-from trainer_module.model_building import steps_per_epoch
 from trainer_module import warm_start
 from trainer_module.serving import export_serving_model
 from trainer_module.settings import TrainerSettings
@@ -126,9 +126,8 @@ def fit(model: models.CTRModel, data: TrainingData, epochs: int,
 
 
 
-def train(settings: TrainerSettings, data: TrainingData,
-          tf_transform_output: tft.TFTransformOutput,
-          tuned: Optional[Mapping[str, Any]] = None, *,
+def train(plan: plan_lib.TrainingPlan, data: TrainingData,
+          tf_transform_output: tft.TFTransformOutput, *,
           model: Optional[models.CTRModel] = None,
           seed: Optional[int] = None,
           epochs: Optional[int] = None, initial_epoch: int = 0,
@@ -142,30 +141,29 @@ def train(settings: TrainerSettings, data: TrainingData,
   """The one training path: run_fn, the tuner's trials, the study and the
   benchmark all train through it, on the Transform output.
 
-  Builds the model (build_and_compile: the scaling rule maps the base, auto
-  or tuned hyperparameters to the batch size; CowClip step), then fits it
+  Builds the plan's model (build_and_compile: its scaled hyperparameters,
+  CowClip step), then fits it
   (fit: early stopping on the validation slice, best epoch kept, bias
   refitted).
 
   Args:
-    settings: the Trainer's settings.
+    plan: the resolved training (plan.resolve).
     data: the train split's training part and validation slice
-      (training_data, at settings.batch_size).
+      (training_data, at plan.batch_size).
     tf_transform_output: the Transform output.
-    tuned: KerasTuner values (see build_and_compile); None: none.
-    model: a model build_and_compile already made from these settings and
-      `tuned` (KerasTuner builds a trial's model before fitting it); None:
-      build it here.
+    model: a model build_and_compile already made from this plan
+      (KerasTuner builds a trial's model before fitting it); None: build it
+      here.
     seed: seeds Python, NumPy and TensorFlow before building (the study's
       and the benchmark's repeatable runs); None: leave them.
-    epochs: the most epochs (None: settings.epochs; Hyperband's rounds).
+    epochs: the most epochs (None: the settings'; Hyperband's rounds).
     initial_epoch, epoch_steps: see fit.
     vocab_scale: see build_and_compile.
     callbacks: extra Keras callbacks (the step timer, TensorBoard, the
       tuner's own).
     verbose: Keras' fit verbosity.
     teachers: distil these models into the new one (training.distill_from,
-      with settings.distill_label_weight); () for plain training.
+      with the settings' distill_label_weight); () for plain training.
     backup_dir: see fit (None: no backup).
     warm_from: a served model's directory with a warm-start state: the
       built model starts from its replica `warm_replica`'s weights, rows
@@ -177,13 +175,13 @@ def train(settings: TrainerSettings, data: TrainingData,
     The trained model and its record: build_and_compile's (when it built
     the model) updated with fit's.
   """
+  settings = plan.settings
   if seed is not None:
     keras.utils.set_random_seed(seed)
   record = {}
   if model is None:
-    model, record = build_and_compile(
-        settings, tuned or {}, tf_transform_output, data.train_examples,
-        data.click_rate, vocab_scale=vocab_scale)
+    model, record = build_and_compile(plan, tf_transform_output,
+                                      data.click_rate, vocab_scale)
   if warm_from is not None:
     record["warm_start"] = _warm_start(model, warm_from, tf_transform_output,
                                        warm_replica)
@@ -197,7 +195,7 @@ def train(settings: TrainerSettings, data: TrainingData,
   return model, record
 
 
-def train_baseline(settings: TrainerSettings, data: TrainingData,
+def train_baseline(plan: plan_lib.TrainingPlan, data: TrainingData,
                    tf_transform_output: tft.TFTransformOutput
                   ) -> Tuple[models.CTRModel, Dict[str, Any]]:
   """The logistic-regression baseline, fitted as such (issues #32, #42).
@@ -231,15 +229,15 @@ def train_baseline(settings: TrainerSettings, data: TrainingData,
   """
   start = time.perf_counter()
   model, record = build_and_compile(
-      settings, {}, tf_transform_output, data.train_examples,
-      data.click_rate, l2_of_c(BASELINE_C_GRID[0], data.train_examples))
+      plan.for_baseline(l2_of_c(BASELINE_C_GRID[0], data.train_examples)),
+      tf_transform_output, data.click_rate)
   train_part = (data.in_memory.batches(_ONE_HOT_BATCH, shuffle=False)
                 if data.in_memory is not None else data.train)
   in_memory = max(linear_fit.rows_that_fit(
       len(model.vocab_sizes), psutil.virtual_memory().available) -
                   data.validation_examples, _MIN_BASELINE_ROWS)
   train_rows = min(data.train_examples, in_memory,
-                   settings.baseline_rows or data.train_examples)
+                   plan.settings.baseline_rows or data.train_examples)
   if train_rows < data.train_examples:
     logging.warning(
         "the logistic-regression baseline is fitted on the first %d of the "
@@ -306,7 +304,7 @@ def keep_baseline(model: models.CTRModel, record: Mapping[str, Any],
                **extra}, f, indent=2)
 
 
-def kept_baseline(settings: TrainerSettings, data: TrainingData,
+def kept_baseline(plan: plan_lib.TrainingPlan, data: TrainingData,
                   tf_transform_output: tft.TFTransformOutput, directory: str
                  ) -> Optional[Tuple[models.CTRModel, Dict[str, Any]]]:
   """The baseline keep_baseline wrote to `directory`, and its record; None
@@ -322,9 +320,8 @@ def kept_baseline(settings: TrainerSettings, data: TrainingData,
     with tf.io.gfile.GFile(validation, "rb") as f:
       with np.load(io.BytesIO(f.read())) as arrays:
         record[BASELINE_VALIDATION] = {k: arrays[k] for k in arrays.files}
-  model, _ = build_and_compile(settings, {}, tf_transform_output,
-                               data.train_examples, data.click_rate,
-                               record["l2"])
+  model, _ = build_and_compile(plan.for_baseline(record["l2"]),
+                               tf_transform_output, data.click_rate)
   model.evaluate(data.validation.take(1), verbose=0)  # Builds it.
   model.load_weights(weights)
   return model, record
@@ -348,10 +345,10 @@ def _warm_start(model: models.CTRModel, served: str,
   return carried
 
 
-def train_replicas(settings: TrainerSettings, data: TrainingData,
+def train_replicas(plan: plan_lib.TrainingPlan, data: TrainingData,
                    train_files: List[str],
                    tf_transform_output: tft.TFTransformOutput,
-                   tuned: Mapping[str, Any], log_dir: Optional[str],
+                   log_dir: Optional[str],
                    seed: Optional[int] = None, verbose: Any = "auto",
                    callbacks: Sequence[keras.callbacks.Callback] = (),
                    backup_root: Optional[str] = None,
@@ -376,6 +373,7 @@ def train_replicas(settings: TrainerSettings, data: TrainingData,
   fit's "resumed_seconds" (the replicas', the student's), the wall
   seconds earlier attempts spent on this training.
   """
+  settings = plan.settings
   count = settings.replicas
   replicas, records = [], []
   for index in range(count):
@@ -384,16 +382,16 @@ def train_replicas(settings: TrainerSettings, data: TrainingData,
     replica_data = data if count == 1 else dataclasses.replace(
         data, train=training_part(
             train_files, tf_transform_output, settings.spec.label,
-            settings.batch_size, data.validation_buckets,
+            plan.batch_size, data.validation_buckets,
             settings.negative_sampling_rate, replica_seed, data.in_memory))
-    replica_callbacks = [callbacks_lib.ThroughputLogger(settings.batch_size),
+    replica_callbacks = [callbacks_lib.ThroughputLogger(plan.batch_size),
                          *callbacks]
     if log_dir is not None:
       replica_callbacks.append(keras.callbacks.TensorBoard(log_dir=(
           log_dir if count == 1 else
           os.path.join(log_dir, contract.replica_output(index)))))
     model, record = train(
-        settings, replica_data, tf_transform_output, tuned, seed=replica_seed,
+        plan, replica_data, tf_transform_output, seed=replica_seed,
         callbacks=replica_callbacks, verbose=verbose,
         backup_dir=_backup_dir(backup_root, contract.replica_output(index)),
         warm_from=warm_from, warm_replica=index)
@@ -407,9 +405,9 @@ def train_replicas(settings: TrainerSettings, data: TrainingData,
         for index, r in enumerate(records)])
   if settings.distill:
     student, student_record = train(
-        settings, data, tf_transform_output, tuned,
+        plan, data, tf_transform_output,
         seed=None if seed is None else seed + count, verbose=verbose,
-        callbacks=[callbacks_lib.ThroughputLogger(settings.batch_size),
+        callbacks=[callbacks_lib.ThroughputLogger(plan.batch_size),
                    *callbacks], teachers=replicas,
         backup_dir=_backup_dir(backup_root, "student"), warm_from=warm_from)
     record["distillation"] = {
@@ -462,16 +460,19 @@ def run_fn(fn_args) -> None:
   distribution.strategy(settings.distribution, settings.cpu_devices)
   tf_transform_output = tft.TFTransformOutput(fn_args.transform_output)
   tuned = (fn_args.hyperparameters or {}).get("values", {})
-  batch_size = settings.batch_size
-
-  data = training_data(fn_args.train_files, tf_transform_output,
-                       settings.spec.label, batch_size, seed=settings.seed,
-                       negative_sampling_rate=settings.negative_sampling_rate)
+  held = hold_split(fn_args.train_files, tf_transform_output,
+                    settings.spec.label, settings.negative_sampling_rate)
+  plan = plan_lib.resolve(settings, tuned, held.train_examples)
+  logging.info("training at batch %d (%s), %d steps an epoch",
+               plan.batch_size, plan.batch_size_reason, plan.steps_per_epoch)
   logging.info("%s", check_training_fits(
       preprocessing.vocabulary_sizes(tf_transform_output, settings.spec),
-      model_options(settings, tuned).embedding_dim, batch_size,
-      data.train_examples, psutil.virtual_memory().available,
+      plan.model_options.embedding_dim, psutil.virtual_memory().available,
       settings.replicas + int(settings.distill)))
+  data = training_data(fn_args.train_files, tf_transform_output,
+                       settings.spec.label, plan.batch_size, seed=settings.seed,
+                       negative_sampling_rate=settings.negative_sampling_rate,
+                       held=held)
   backups = backup_root(fn_args, tuned)
   # The served model TFX hands over (base_model: pipeline.WARM_START_ID),
   # if it is one and a warm start is asked for.
@@ -479,12 +480,12 @@ def run_fn(fn_args) -> None:
   warm_from = served if (settings.warm_start and served and
                          warm_start.has_state(served)) else None
   replicas, record = train_replicas(
-      settings, data, fn_args.train_files, tf_transform_output, tuned,
+      plan, data, fn_args.train_files, tf_transform_output,
       fn_args.model_run_dir, seed=settings.seed, backup_root=backups,
       warm_from=warm_from)
-  kept = kept_baseline(settings, data, tf_transform_output, backups)
+  kept = kept_baseline(plan, data, tf_transform_output, backups)
   if kept is None:
-    baseline, baseline_record = train_baseline(settings, data,
+    baseline, baseline_record = train_baseline(plan, data,
                                                tf_transform_output)
     if distribution.is_chief(replicas[0].distribute_strategy):
       keep_baseline(baseline, baseline_record, backups)
@@ -495,7 +496,6 @@ def run_fn(fn_args) -> None:
   record.update(
       train_examples=data.train_examples,
       validation_examples=data.validation_examples,
-      steps_per_epoch=steps_per_epoch(data.train_examples, batch_size),
       logistic_regression={k: baseline_record[k]
                            for k in BASELINE_RECORD_KEYS},
       served=served_model.choose_served(

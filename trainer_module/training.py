@@ -21,11 +21,13 @@ CowClip paper and its reference implementation (bytedance/LargeBatchCTR) do:
     and LazyAdam touches only those rows. Much less work per step with big
     vocabularies; a different algorithm (rows of absent ids do not move).
 * CowClip: the gradient of every DEEP table (loss + L2 term, as the
-  reference clips it) is clipped with the field's ids of the batch
-  (cowclip.table_gradient, on the batch's rows: absent rows are never
-  clipped, so that is the whole table's clip). Wide tables and dense
-  weights are not clipped. Both updates work on one row per distinct id (see
-  CowClipTrainer.table_gradients) and the dense one applies a fused Adam.
+  reference clips it) is clipped with the field's ids of the batch (on the
+  batch's rows: absent rows are never clipped, so that is the whole
+  table's clip). Wide tables and dense weights are not clipped. The tables'
+  gradients go down one chain (gradient_chain: gather, one row per
+  distinct id, L2, CowClip), composed once per compile (Step); both
+  updates work on one row per distinct id and the dense one applies a
+  fused Adam.
 * Tracked metrics: ``loss`` (the objective above), ``logloss`` (its BCE part,
   the CTR metric) and ``auc``, the same in train_step and test_step. (A
   custom Keras 3 train_step has to track its loss itself.) With CowClip on,
@@ -64,11 +66,12 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from trainer_module import callbacks as callbacks_lib
 from trainer_module import cowclip
 from trainer_module import distribution
+from trainer_module import gradient_chain
 from trainer_module import hparams
 from trainer_module import losses
+from trainer_module import models
 from trainer_module import optimizers
 from trainer_module import shampoo
 from trainer_module.settings import StepOptions
@@ -125,62 +128,38 @@ class TrainingConfig:
     return round(self.warmup_epochs * self.steps_per_epoch)
 
 
-class CowClipTrainer:
-  """The training half of models.CTRModel (Keras mixes Trainer into Model
-  the same way): train/test steps, metrics, the NaN guard.
+class Step:
+  """The training and evaluation steps of a compiled models.CTRModel.
 
-  Needs ``embedding_tables()`` and ``field_ids()`` from the model, and
-  compile_model to have set the optimizers and the config.
+  compile_model makes one from the TrainingConfig and hands it to the model
+  (CTRModel.train_step and test_step call it): the tables' gradient chain
+  (gradient_chain.table_chain: gather, rows, L2, CowClip) and the two
+  optimizer updates are composed here once, from the step's options, and
+  the step itself has no option branches. A plain object, not a Keras
+  layer: its metrics are the model's (CTRModel.metrics), reset each epoch
+  by Keras; the optimizers stay the model's, so checkpoints hold them.
   """
 
-  def __init__(self, *args, **kwargs):
-    super().__init__(*args, **kwargs)
-    # Metrics must exist before the model is built (Keras locks its state).
+  def __init__(self, model, config: TrainingConfig):
+    self.config = config
     self.loss_tracker = keras.metrics.Mean(name="loss")
     self.logloss_tracker = keras.metrics.Mean(name="logloss")
     self.auc = keras.metrics.AUC(from_logits=True, name="auc")
     self.clipped_tracker = keras.metrics.Mean(name="clipped_fraction")
-    self.training_config = None
-    self.embedding_optimizer = None
     self.distillation = None  # distill_from sets it.
+    self.tables = gradient_chain.tables_of(model)
+    dense = config.step.embedding_update == "dense"
+    clip = (cowclip.ClipSettings(config.r, config.zeta,
+                                 config.step.cowclip_variant)
+            if config.step.cowclip else None)
+    self.table_chain = gradient_chain.table_chain(config.l2, dense, clip)
+    self.table_gradients = gradient_chain.table_gradients(config.l2, dense)
+    self.clips = clip is not None
 
   @property
   def metrics(self):
-    # Only these, so Keras resets them each epoch.
     return [self.loss_tracker, self.logloss_tracker, self.auc,
             self.clipped_tracker]
-
-  def split_variables(self) -> Tuple[List[keras.Variable],
-                                     List[keras.Variable]]:
-    """(embedding tables: deep and wide of each field, dense weights)."""
-    tables = [v for _, deep, wide in self.embedding_tables()
-              for v in (deep, wide) if v is not None]
-    table_ids = {id(v) for v in tables}
-    dense = [v for v in self.trainable_variables if id(v) not in table_ids]
-    return tables, dense
-
-  def fit(self, *args, **kwargs):
-    """keras.Model.fit, always with a NonFiniteLossGuard."""
-    callbacks = list(kwargs.pop("callbacks", None) or [])
-    if not any(isinstance(c, callbacks_lib.NonFiniteLossGuard)
-               for c in callbacks):
-      callbacks.append(callbacks_lib.NonFiniteLossGuard())
-    return super().fit(*args, callbacks=callbacks, **kwargs)
-
-  def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-    """Nothing to build: the model is built when made and compile_model
-    builds the optimizers. (Under a tf.distribute strategy Keras would
-    build from the first batch reduced over the replicas: the ids averaged
-    into floats by MirroredStrategy, and a failure under
-    MultiWorkerMirroredStrategy.)"""
-    del iterator, data_batch
-
-  def _config(self) -> TrainingConfig:
-    if self.training_config is None:
-      raise RuntimeError(f"model {self.name!r} was not compiled for CowClip "
-                         "training: call training.compile_model(model, "
-                         "config) before fit/evaluate")
-    return self.training_config
 
   def _features_and_labels(self, data):
     """(features, [batch, 1] labels, [batch, 1] importance weights or None
@@ -196,87 +175,19 @@ class CowClipTrainer:
     return (features, tf.reshape(tf.cast(labels, tf.float32), [-1, 1]),
             sample_weight)
 
-  def _l2_penalty(self, field_ids, config: TrainingConfig):
+  def _l2_penalty(self, model, field_ids):
     """l2 * sum(W^2) over the tables (dense) or the rows of the batch's ids
     (sparse; ``field_ids`` in embedding_tables' field order)."""
     squares = []
-    for ids, (_, deep, wide) in zip(field_ids, self.embedding_tables()):
+    for ids, (_, deep, wide) in zip(field_ids, model.embedding_tables()):
       present = [t for t in (deep, wide) if t is not None]
-      if config.step.embedding_update == "dense":
+      if self.config.step.embedding_update == "dense":
         squares += [tf.reduce_sum(tf.square(t)) for t in present]
       else:
         rows, _ = tf.unique(ids)
         squares += [tf.reduce_sum(tf.square(tf.gather(t, rows)))
                     for t in present]
-    return config.l2 * tf.add_n(squares)
-
-  def table_gradients(self, field_ids, data_gradients, config, weights=None):
-    """Gradients of the tables (data loss + L2, CowClip) and the L2 term.
-
-    ``field_ids``: each field's [batch] ids (embedding_tables' order);
-    ``data_gradients``: the tables' data-loss gradients, IndexedSlices with
-    one slice per example in the order of its field's ids (an embedding
-    lookup's gradient), or dense [V, d] tensors.
-
-    Each field's ids are deduplicated once, for its deep and wide tables
-    (cowclip.distinct_ids), and every table's gradient comes from the one
-    adapter, cowclip.table_gradient: one row per distinct id with the L2
-    gradient 2 * l2 * W_k, CowClip on the deep tables' rows, then IndexedSlices
-    on the batch's rows (sparse) or the whole table's 2 * l2 * W with the
-    batch's rows replaced (dense, the reference: exactly the full-table
-    gradient of the loss + L2 clipped by CowClip, without a [V, d] pass per
-    op). With importance ``weights`` ([batch, 1]), CowClip's count of an id
-    is the sum of its examples' weights.
-
-    Returns:
-      (gradients in split_variables' table order, the L2 term of the loss,
-      ids clipped, ids in the batch (both summed over the deep tables)).
-    """
-    clip = (cowclip.ClipSettings(config.r, config.zeta,
-                                 config.step.cowclip_variant)
-            if config.step.cowclip else None)
-    sparse = config.step.embedding_update == "sparse"
-    gradients, squares, clipped, batch_ids = [], [], [], []
-    data_gradients = iter(data_gradients)  # In split_variables' order.
-    for ids, (_, deep, wide) in zip(field_ids, self.embedding_tables()):
-      distinct = cowclip.distinct_ids(ids, weights)
-      for table, table_clip in ((deep, clip), (wide, None)):
-        if table is None:  # The logistic regression has no deep tables.
-          continue
-        result = cowclip.table_gradient(next(data_gradients), table, distinct,
-                                        config.l2, table_clip, sparse)
-        gradients.append(result.gradient)
-        squares.append(result.squared_norm)
-        if table_clip is not None:
-          clipped.append(result.clipped)
-          batch_ids.append(result.batch_ids)
-    return gradients, config.l2 * tf.add_n(squares), clipped, batch_ids
-
-  def _global_table_gradients(self, field_ids, gradients, weights):
-    """The global batch's ids, table data gradients and importance weights
-    (one device: as given).
-
-    The replicas' ids, gradient slices (an embedding lookup's gradient has
-    one slice per example, in the order of its field's ids) and weights are
-    gathered in one gather per dtype (distribution.gather_columns: a few
-    large collectives, not one per table); a dense table gradient is summed
-    over the replicas.
-    """
-    slices = [g for g in gradients if isinstance(g, tf.IndexedSlices)]
-    dense = iter(distribution.global_sum(
-        [g for g in gradients if not isinstance(g, tf.IndexedSlices)]))
-    field_ids = distribution.gather_columns(field_ids)
-    floats = distribution.gather_columns(
-        [g.values for g in slices] + ([] if weights is None else [weights]))
-    values = iter(floats)
-    by_table = {id(v): ids for (_, *tables), ids in zip(
-        self.embedding_tables(), field_ids) for v in tables if v is not None}
-    tables, _ = self.split_variables()
-    gradients = [
-        tf.IndexedSlices(next(values), by_table[id(table)], g.dense_shape)
-        if isinstance(g, tf.IndexedSlices) else next(dense)
-        for g, table in zip(gradients, tables)]
-    return field_ids, gradients, None if weights is None else next(values)
+    return self.config.l2 * tf.add_n(squares)
 
   def _distillation_loss(self, features, labels, logits, weights):
     """The batch's summed distillation loss (losses.distillation_loss):
@@ -307,69 +218,56 @@ class CowClipTrainer:
     return {m.name: m.result()
             for m in (self.loss_tracker, self.logloss_tracker, self.auc)}
 
-  def train_step(self, data):
+  def train_step(self, model, data):
     """One update on the global batch, whether it runs on one device or is
     split over replicas (distribution.py: the same update either way)."""
-    config = self._config()
     features, labels, weights = self._features_and_labels(data)
-    tables, dense = self.split_variables()
+    tables, dense = model.split_variables()
     total = distribution.global_sum(_total_weight(labels, weights))
     with tf.GradientTape() as tape:
-      logits = self(features, training=True)
+      logits = model(features, training=True)
       logloss = _summed_log_loss(labels, logits, weights) / total
       objective = logloss
       if self.distillation is not None:
         objective = self._distillation_loss(features, labels, logits,
                                             weights) / total
-      if config.step.rank_loss_weight:
-        objective += config.step.rank_loss_weight * _rank_loss(
-            labels, logits, weights, self.optimizer.iterations)
+      if self.config.step.rank_loss_weight:
+        objective += self.config.step.rank_loss_weight * _rank_loss(
+            labels, logits, weights, model.optimizer.iterations)
     # The L2 term's gradient (2 * l2 * W) is added per row, not taped.
     gradients = tape.gradient(objective, tables + dense)
-    field_ids, table_data_gradients, global_weights = (
-        self._global_table_gradients(
-            [self.field_ids(features, field) for field, _, _ in
-             self.embedding_tables()], gradients[:len(tables)], weights))
-    table_gradients, l2_term, clipped, batch_ids = self.table_gradients(
-        field_ids, table_data_gradients, config, global_weights)
-    if config.step.cowclip:
-      batch_ids = tf.cast(tf.add_n(batch_ids), tf.float32)
+    state = self.table_chain(gradient_chain.start(
+        self.tables, [model.field_ids(features, field)
+                      for field in model.fields],
+        gradients[:len(tables)], weights))
+    if self.clips:
+      batch_ids = tf.cast(tf.add_n(state.batch_ids), tf.float32)
       self.clipped_tracker.update_state(
-          tf.cast(tf.add_n(clipped), tf.float32) / batch_ids,
+          tf.cast(tf.add_n(state.clipped), tf.float32) / batch_ids,
           sample_weight=batch_ids)
-    self.embedding_optimizer.apply(table_gradients, tables)
-    self.optimizer.apply(distribution.global_sum(gradients[len(tables):]),
-                         dense)
+    model.embedding_optimizer.apply(self.table_gradients(state), tables)
+    model.optimizer.apply(distribution.global_sum(gradients[len(tables):]),
+                          dense)
     logloss = distribution.global_sum(logloss)
+    l2_term = self.config.l2 * tf.add_n(state.squared_norms)
     logs = self._update_metrics(labels, logits, logloss, logloss + l2_term,
                                 weights)
-    if config.step.cowclip:
+    if self.clips:
       logs["clipped_fraction"] = self.clipped_tracker.result()
     return distribution.replica_logs(logs)
 
-  def test_step(self, data):
-    config = self._config()
+  def test_step(self, model, data):
     features, labels, weights = self._features_and_labels(data)
-    logits = self(features, training=False)
+    logits = model(features, training=False)
     total = distribution.global_sum(_total_weight(labels, weights))
     logloss = distribution.global_sum(
         _summed_log_loss(labels, logits, weights) / total)
-    field_ids = [self.field_ids(features, field) for field, _, _ in
-                 self.embedding_tables()]
-    if config.step.embedding_update == "sparse":  # Their rows' penalty.
+    field_ids = [model.field_ids(features, field) for field in model.fields]
+    if self.config.step.embedding_update == "sparse":  # Their rows' penalty.
       field_ids = distribution.gather_columns(field_ids)
-    loss = logloss + self._l2_penalty(field_ids, config)
+    loss = logloss + self._l2_penalty(model, field_ids)
     return distribution.replica_logs(
         self._update_metrics(labels, logits, logloss, loss, weights))
-
-  def _trackable_children(self, save_type="checkpoint", **kwargs):
-    children = super()._trackable_children(save_type, **kwargs)
-    if save_type == "savedmodel":
-      # A serving SavedModel needs the weights, not 2 Adam slots per weight
-      # (3x the embedding tables); checkpoints keep them.
-      for name in ("optimizer", "embedding_optimizer"):
-        children.pop(name, None)
-    return children
 
 
 def _total_weight(labels, weights=None):
@@ -413,15 +311,15 @@ class Distillation:
     self.label_weight = label_weight
 
 
-def distill_from(model: CowClipTrainer, teachers, label_weight: float
+def distill_from(model: models.CTRModel, teachers, label_weight: float
                 ) -> None:
   """Makes ``model``'s training step fit the teachers' mean predicted
   click rate beside the labels (losses.distillation_loss with
   ``label_weight``); its tracked log loss stays the one of the labels."""
-  model.distillation = Distillation(teachers, label_weight)
+  model.training_step.distillation = Distillation(teachers, label_weight)
 
 
-def compile_model(model: CowClipTrainer, config: TrainingConfig) -> None:
+def compile_model(model: models.CTRModel, config: TrainingConfig) -> None:
   """Sets up ``model`` (a models.CTRModel) for fit/evaluate with ``config``.
 
   Creates the embedding optimizer (Adam, or LazyAdam for sparse updates) and
@@ -434,7 +332,7 @@ def compile_model(model: CowClipTrainer, config: TrainingConfig) -> None:
   XLA, not that XLA's GPU compiler builds the step, and XLA has never run
   on a GPU (see module doc).
   """
-  if not isinstance(model, CowClipTrainer):
+  if not isinstance(model, models.CTRModel):
     raise TypeError(f"compile_model needs a models.CTRModel, got "
                     f"{type(model).__name__}")
   if config.step.cowclip and any(deep is None
@@ -462,11 +360,10 @@ def compile_model(model: CowClipTrainer, config: TrainingConfig) -> None:
   dense_optimizer.build(dense)
   model.compile(optimizer=dense_optimizer, jit_compile=config.jit_compile)
   model.embedding_optimizer = embedding_optimizer
-  model.training_config = config
-  model.distillation = None
+  model.training_step = Step(model, config)
 
 
-def recalibrate_bias(model: CowClipTrainer, data: tf.data.Dataset,
+def recalibrate_bias(model: models.CTRModel, data: tf.data.Dataset,
                      click_rate: float) -> float:
   """Shifts the model's global bias so that its mean predicted click rate
   on ``data`` ((features, label) batches, or (features, label, weight):

@@ -33,6 +33,7 @@ from tfx import v1 as tfx
 from trainer_module import contract
 from trainer_module import input_pipeline
 from trainer_module import model_building
+from trainer_module import plan as plan_lib
 from trainer_module import trainer
 from trainer_module.search_space import Dimension
 from trainer_module.search_space import search_space
@@ -123,9 +124,14 @@ class CtrHyperModel(keras_tuner.HyperModel):
     if self._settings.seed is not None:
       keras.utils.set_random_seed(self._settings.seed)
     model, _ = model_building.build_and_compile(
-        self._settings, hp.values, self._tf_transform_output,
-        self._data.train_examples, self._data.click_rate)
+        self._plan(hp), self._tf_transform_output, self._data.click_rate)
     return model
+
+  def _plan(self, hp: keras_tuner.HyperParameters) -> plan_lib.TrainingPlan:
+    """The trial's plan: the settings with its values (the batch size
+    does not depend on them: the data is batched once)."""
+    return plan_lib.resolve(self._settings, hp.values,
+                            self._data.train_examples)
 
   def fit(self, hp, model, *args, callbacks=(), epochs=None,
           initial_epoch=0, verbose="auto", **kwargs) -> Dict[str, float]:
@@ -133,8 +139,7 @@ class CtrHyperModel(keras_tuner.HyperModel):
     for Hyperband, the round's epochs (the data is the hypermodel's)."""
     del args, kwargs  # No data in fit_kwargs: trainer.train reads self._data.
     _, record = trainer.train(
-        self._settings, self._data, self._tf_transform_output, hp.values,
-        model=model, epochs=epochs, initial_epoch=initial_epoch,
+        self._plan(hp), self._data, self._tf_transform_output, model=model, epochs=epochs, initial_epoch=initial_epoch,
         callbacks=callbacks, verbose=verbose)
     return best_epoch_metrics(record["history"])
 
@@ -166,21 +171,24 @@ def tuner_fn(fn_args) -> tfx.components.TunerFnResult:
 
   custom_config is the Trainer's (settings.TrainerSettings) plus "tuning"
   (settings.TuningSettings). Trials train `epochs` epochs at most, at the
-  settings' batch size, on the Transform output, through trainer.train.
+  plan's batch size, on the Transform output, through trainer.train.
   """
   settings = TrainerSettings.from_custom_config(fn_args.custom_config)
   tuning = TuningSettings.from_custom_config(fn_args.custom_config)
   tf_transform_output = tft.TFTransformOutput(fn_args.transform_graph_path)
+  held = input_pipeline.hold_split(
+      fn_args.train_files, tf_transform_output, settings.spec.label,
+      settings.negative_sampling_rate)
+  untuned = plan_lib.resolve(settings, {}, held.train_examples)
   data = input_pipeline.training_data(
       fn_args.train_files, tf_transform_output, settings.spec.label,
-      settings.batch_size, seed=settings.seed,
-      negative_sampling_rate=settings.negative_sampling_rate)
-  untuned = model_building.training_hparams(settings, {}, data.train_examples)
+      untuned.batch_size, seed=settings.seed,
+      negative_sampling_rate=settings.negative_sampling_rate, held=held)
   space = search_space(settings.dataset, tuning.search_space,
                        tuning.tune_model_size,
                        source="custom_config tuning.search_space",
                        model_options=settings.model_options,
-                       centers=untuned["base"])
+                       centers=untuned.hparams["base"])
   hypermodel = CtrHyperModel(settings, space, tf_transform_output, data)
   tuner = make_tuner(tuning.tuner, hypermodel, tuning.trials,
                      settings.epochs,

@@ -72,8 +72,10 @@ from trainer_module import callbacks as callbacks_lib
 from trainer_module import cowclip
 from trainer_module import distribution
 from trainer_module import features
+from trainer_module import gradient_chain
 from trainer_module import input_pipeline
 from trainer_module import models
+from trainer_module import plan as plan_lib
 from trainer_module import precision as precision_lib
 from trainer_module import settings
 from trainer_module import trainer
@@ -189,7 +191,8 @@ def component_seconds(model: models.CTRModel, features: Mapping[str, object],
   """Seconds of each part of a compiled model's training step, timed alone
   on the batch ``features`` (see the module doc). Runs the optimizers:
   the model's weights change."""
-  config = model.training_config
+  step = model.training_step
+  config = step.config
   tables, dense = model.split_variables()
   ids = [model.field_ids(features, field) for field in model.fields]
   batch = int(ids[0].shape[0])
@@ -215,14 +218,16 @@ def component_seconds(model: models.CTRModel, features: Mapping[str, object],
     return tape.gradient(total, tables)
 
   data_gradients = embeddings()
-  no_clip = dataclasses.replace(
-      config, step=dataclasses.replace(config.step, cowclip=False))
+  # The step's chain up to CowClip (one device: no gather), and its end.
+  unclipped = gradient_chain.chain(
+      gradient_chain.batch_rows, gradient_chain.add_l2(
+          config.l2, config.step.embedding_update == "dense"))
   zero_dense = [tf.zeros_like(v) for v in dense]
 
   @tf.function
   def optimizer():
-    gradients = model.table_gradients(ids, data_gradients, no_clip)[0]
-    model.embedding_optimizer.apply(gradients, tables)
+    state = unclipped(gradient_chain.start(step.tables, ids, data_gradients))
+    model.embedding_optimizer.apply(step.table_gradients(state), tables)
     model.optimizer.apply(zero_dense, dense)
     return model.optimizer.iterations
 
@@ -231,22 +236,15 @@ def component_seconds(model: models.CTRModel, features: Mapping[str, object],
              "optimizer": _seconds_per_call(optimizer, repeats),
              "cowclip": 0.0}
   if config.step.cowclip:
-    # CowClip's own work on each deep table's batch rows
-    # (cowclip.clip_gradient_rows), after the adapter's shared
-    # unique/sum/gather (cowclip.distinct_ids, cowclip.gradient_rows).
-    clip_settings = cowclip.ClipSettings(config.r, config.zeta,
-                                         config.step.cowclip_variant)
-    rows = []
-    for i, (_, deep, _) in enumerate(model.embedding_tables()):
-      distinct = cowclip.distinct_ids(ids[i])
-      rows.append((cowclip.gradient_rows(data_gradients[2 * i], deep,
-                                         distinct, config.l2), distinct))
+    # CowClip's own work on each deep table's batch rows (the chain's
+    # clip_deep_rows), after the chain's rows and L2.
+    clip_deep_rows = gradient_chain.clip_deep_rows(cowclip.ClipSettings(
+        config.r, config.zeta, config.step.cowclip_variant))
+    state = unclipped(gradient_chain.start(step.tables, ids, data_gradients))
 
     @tf.function
     def clip():
-      return [cowclip.clip_gradient_rows(gradient, distinct,
-                                         clip_settings).gradient
-              for gradient, distinct in rows]
+      return clip_deep_rows(state).rows
 
     seconds["cowclip"] = _seconds_per_call(clip, repeats)
   return seconds
@@ -256,8 +254,8 @@ def collective_seconds(model: models.CTRModel, batch_size: int,
                        repeats: int) -> float:
   """CPU seconds of the step's cross-replica sums and gathers, timed alone
   on tensors of the step's shapes (the model's strategy; its own code:
-  CowClipTrainer._global_table_gradients, the summed dense gradients, the
-  gathered labels and logits of the metrics)."""
+  the chain's gather_replicas, the summed dense gradients, the gathered
+  labels and logits of the metrics)."""
   strategy = model.distribute_strategy
   rows = batch_size // strategy.num_replicas_in_sync
   tables, dense = model.split_variables()
@@ -269,8 +267,8 @@ def collective_seconds(model: models.CTRModel, batch_size: int,
                                tf.zeros([rows], tf.int64),
                                tf.shape(table, out_type=tf.int64))
               for table in tables]
-    _, gradients, _ = model._global_table_gradients(  # pylint: disable=protected-access
-        ids, slices, None)
+    gradients = gradient_chain.gather_replicas(gradient_chain.start(
+        model.training_step.tables, ids, slices)).gradients
     summed = distribution.global_sum([tf.zeros_like(v) for v in dense] +
                                      [tf.zeros([]), tf.zeros([])])
     labels_and_logits = distribution.gather_columns([tf.zeros([rows, 1])] * 2)
@@ -339,7 +337,7 @@ def time_training_step(model_name: str, spec: features.DatasetSpec,
   clock = callbacks_lib.ThroughputLogger(case.batch_size,
                                     warmup_steps=warmup_steps)
   model, record = trainer.train(
-      trainer_settings,
+      plan_lib.resolve(trainer_settings, {}, split.train_examples),
       dataclasses.replace(split, train=train.repeat()),
       data.tf_transform_output, seed=0, epoch_steps=warmup_steps + steps,
       vocab_scale=case.vocab_scale, callbacks=[clock, *callbacks], verbose=0)

@@ -64,7 +64,7 @@ from pipeline.config import PipelineConfig
 from trainer_module import callbacks as callbacks_lib
 from trainer_module import contract
 from trainer_module import input_pipeline
-from trainer_module import model_building
+from trainer_module import plan as plan_lib
 from trainer_module import models
 from trainer_module import scaling
 from trainer_module import served_model
@@ -173,15 +173,16 @@ def train_baseline(config: PipelineConfig, train_files: Sequence[str],
   Raises:
     ValueError: the kept baseline was fitted on other data.
   """
+  plan = plan_lib.resolve(config.trainer, {}, held.train_examples)
   data = input_pipeline.training_data(
       list(train_files), tf_transform_output, config.spec.label,
-      config.trainer.batch_size,
+      plan.batch_size,
       negative_sampling_rate=config.trainer.negative_sampling_rate,
       held=held)
   record_path = os.path.join(results, trainer.BASELINE_RECORD)
   stage = _Progress("baseline")
   stage.started()
-  kept = trainer.kept_baseline(config.trainer, data, tf_transform_output,
+  kept = trainer.kept_baseline(plan, data, tf_transform_output,
                                results)
   if kept is not None:
     baseline, record = kept
@@ -192,7 +193,7 @@ def train_baseline(config: PipelineConfig, train_files: Sequence[str],
           f"{fingerprint}); give another --results")
     stage.finished(f"kept in {record_path} (C {record['c']:g})")
     return baseline, record.get(trainer.BASELINE_VALIDATION)
-  baseline, trained = trainer.train_baseline(config.trainer, data,
+  baseline, trained = trainer.train_baseline(plan, data,
                                              tf_transform_output)
   trainer.keep_baseline(baseline, trained, results,
                         data_fingerprint=fingerprint)
@@ -272,13 +273,13 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
   """
   config = run_config(setup.config, run)
   trainer_settings = config.trainer
+  plan = plan_lib.resolve(trainer_settings, {}, setup.held.train_examples)
   data = input_pipeline.training_data(
       list(setup.train_files), setup.tf_transform_output, config.spec.label,
-      run.batch_size, seed=run.seed,
+      plan.batch_size, seed=run.seed,
       negative_sampling_rate=config.trainer.negative_sampling_rate,
       held=setup.held)
-  hparams = model_building.training_hparams(trainer_settings, {},
-                                     data.train_examples)["scaled"]
+  hparams = plan.scaled
   row = {"run": run.key, "model": run.model, "rule": run.rule,
          "cowclip": run.cowclip, "batch_size": run.batch_size,
          "seed": run.seed, "epochs": config.trainer.epochs,
@@ -296,8 +297,8 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
   start = time.perf_counter()
   try:
     replicas, trained = trainer.train_replicas(
-        trainer_settings, data, list(setup.train_files),
-        setup.tf_transform_output, {}, log_dir=None, seed=run.seed,
+        plan, data, list(setup.train_files),
+        setup.tf_transform_output, log_dir=None, seed=run.seed,
         # A line per epoch in the log, which the console's live line reads.
         verbose=2,
         callbacks=[last_epoch] if config.trainer.replicas == 1 else [],
@@ -320,9 +321,7 @@ def train_and_evaluate(run: StudyRun, setup: StudySetup) -> Dict[str, object]:
                                       if cpu_rates else ""),
              epochs_run=trained["epochs_run"],
              best_epoch=trained["best_epoch"],
-             steps=model_building.steps_per_epoch(data.train_examples,
-                                           run.batch_size) *
-             trained["epochs_run"],
+             steps=plan.steps_per_epoch * trained["epochs_run"],
              epoch_seconds=data.train_examples / rate, diverged=False,
              final_train_loss=float(history["loss"][-1]),
              validation_logloss_by_epoch=_by_epoch(history, "val_logloss"),
@@ -406,8 +405,8 @@ def same_training(config: PipelineConfig, run: StudyRun,
     return None
   # The `auto` base values depend on the training rows, the same for every
   # run of a study (one Transform output, one validation slice).
-  hparams = model_building.training_hparams(
-      run_config(config, run).trainer, {},
+  hparams = plan_lib.training_hparams(
+      run_config(config, run).trainer, {}, run.batch_size,
       int(float(rows[0]["train_examples"])))["scaled"]
   wanted = _training_signature({
       "model": run.model, "batch_size": run.batch_size, "seed": run.seed,

@@ -34,7 +34,8 @@ from components import tuner as tuner_component
 from pipeline import metadata
 from pipeline.config import PipelineConfig
 from trainer_module import contract
-from trainer_module import model_building
+from trainer_module import plan as plan_lib
+from trainer_module import scaling
 
 PLOT = "trials.png"
 TUNER_NODE = tuner_component.CtrTuner.__name__
@@ -109,7 +110,11 @@ def write_results(config: PipelineConfig, best_hparams_dir: str,
   values = check_best_hyperparameters(best_file)
   completed = [r for r in rows if r["status"] == "COMPLETED"]
   best = max(completed, key=lambda r: r[contract.OBJECTIVE])
-  record = model_building.training_hparams(config.trainer, values)
+  # The Tuner resolved an auto batch size from the training rows (its log
+  # says which); the summary then gives no scaled values.
+  batch = config.trainer.batch_size
+  scaled = (None if batch == scaling.AUTO_BATCH_SIZE else
+            plan_lib.training_hparams(config.trainer, values, batch)["scaled"])
   summary = {
       "dataset": config.dataset, "model": config.trainer.model,
       "tuner": config.tuning.tuner, "trials": len(rows),
@@ -117,10 +122,10 @@ def write_results(config: PipelineConfig, best_hparams_dir: str,
       "best_trial": best["trial_id"],
       "best_val_auc": best[contract.OBJECTIVE],
       "best_val_loss": best["val_loss"], "values": values,
-      "base_batch_size": record["base_batch_size"],
-      "scaling_rule": record["rule"],
-      "tuned_at_batch_size": record["batch_size"],
-      "scaled_at_tuned_batch_size": record["scaled"],
+      "base_batch_size": config.trainer.base_batch_size,
+      "scaling_rule": config.trainer.scaling_rule,
+      "tuned_at_batch_size": batch,
+      "scaled_at_tuned_batch_size": scaled,
       "tuner_results": tuner_results_dir,
       "best_hyperparameters": best_hparams_dir}
   os.makedirs(os.path.join(config.output, BEST_DIR), exist_ok=True)

@@ -124,6 +124,17 @@ def warm_start_text(run: RunSummary) -> Optional[str]:
           f"{warm['dropped_ids']:,} dropped")
 
 
+def batch_text(run: RunSummary) -> Optional[str]:
+  """The batch size the Trainer trained at and why: the user's, or the
+  auto rule's (trainer_module/plan.py); None for a record without the
+  reason (older runs)."""
+  training = run.training or {}
+  if "batch_size_reason" not in training:
+    return None
+  return (f"batch {training['batch_size']} ({training['batch_size_reason']})"
+          f", {training['rule']} scaling")
+
+
 def served_text(run: RunSummary) -> Optional[str]:
   """Which model the export serves, and why, in the gate's words: the
   Trainer serves the model only when its validation AUC is above the
@@ -215,6 +226,9 @@ def describe(run: RunSummary) -> str:
   warm = warm_start_text(run)
   if warm:
     lines.append(f"warm start: {warm}")
+  batch = batch_text(run)
+  if batch:
+    lines.append(f"trained:   {batch}")
   served = served_text(run)
   if served:
     lines.append(f"served:    {served}")
@@ -278,6 +292,9 @@ def headline(run: RunSummary, page: Optional[str]) -> str:
   warm = warm_start_text(run)
   if warm:
     lines.append(f"warm start: {warm}")
+  batch = batch_text(run)
+  if batch:
+    lines.append(f"trained:    {batch}")
   served = served_text(run)
   if served:
     lines.append(f"served:     {served}")

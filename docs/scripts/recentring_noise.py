@@ -32,6 +32,7 @@ import tensorflow_transform as tft
 from commands.experiments import study_data
 from pipeline.config import PipelineConfig
 from trainer_module import input_pipeline
+from trainer_module import plan
 from trainer_module import trainer
 from trainer_module import training
 from trainer_module.settings import TrainerSettings
@@ -70,7 +71,7 @@ def main() -> None:
   eval_records = [r.numpy() for r in tf.data.TFRecordDataset(
       sorted(glob.glob(os.path.join(examples, "Split-eval", "*"))),
       compression_type="GZIP")]
-  settings = TrainerSettings(dataset=args.dataset)
+  settings = TrainerSettings(dataset=args.dataset, batch_size=1024)
   label = settings.spec.label
   print("seed | validation rows | slice click rate | training click rate | "
         "eval label | eval prediction, slice target | eval prediction, "
@@ -78,7 +79,8 @@ def main() -> None:
   for seed in (int(s) for s in args.seeds.split(",")):
     data = input_pipeline.training_data(train_files, output, label,
                                         settings.batch_size, seed=seed)
-    model, _ = trainer.train(settings, data, output, seed=seed, verbose=0)
+    model, _ = trainer.train(plan.resolve(settings, {}, data.train_examples),
+                             data, output, seed=seed, verbose=0)
     slice_rate = _weighted_rate(data.validation)
     means = {}
     for name, rate in (("slice", slice_rate), ("training", data.click_rate)):

@@ -54,6 +54,7 @@ from commands.experiments import study_data  # noqa: E402
 from pipeline.config import PipelineConfig  # noqa: E402
 from trainer_module import callbacks as callbacks_lib  # noqa: E402
 from trainer_module import input_pipeline  # noqa: E402
+from trainer_module import plan  # noqa: E402
 from trainer_module import trainer  # noqa: E402
 from trainer_module import training  # noqa: E402
 from trainer_module.contract import prediction_difference  # noqa: E402
@@ -65,7 +66,7 @@ def _key(activation, rate, seed):
 
 def run_one(config, setup, activation, rate, seed, batch_size):
   settings = dataclasses.replace(
-      config.trainer, negative_sampling_rate=rate,
+      config.trainer, negative_sampling_rate=rate, batch_size=batch_size,
       model_options=dataclasses.replace(config.trainer.model_options,
                                         activation=activation))
   tfto, train_files, eval_files = setup
@@ -74,8 +75,9 @@ def run_one(config, setup, activation, rate, seed, batch_size):
                                negative_sampling_rate=rate)
   timer = callbacks_lib.ThroughputLogger(batch_size)
   start, cpu_start = time.perf_counter(), time.process_time()
-  model, record = trainer.train(settings, data, tfto, seed=seed, verbose=0,
-                                callbacks=[timer])
+  model, record = trainer.train(
+      plan.resolve(settings, {}, data.train_examples), data, tfto, seed=seed,
+      verbose=0, callbacks=[timer])
   seconds = time.perf_counter() - start
   cpu_seconds = time.process_time() - cpu_start
   p, y, scores = evaluate(model, tfto, eval_files, config.spec.label)
@@ -125,7 +127,7 @@ def _timed(fn):
 def profile_one(config, setup, rate, batch_size):
   """Where one sampled training's CPU goes (see the module doc)."""
   config = dataclasses.replace(config, trainer=dataclasses.replace(
-      config.trainer, negative_sampling_rate=rate))
+      config.trainer, negative_sampling_rate=rate, batch_size=batch_size))
   tfto, train_files, eval_files = setup
   label = config.spec.label
 
@@ -142,7 +144,8 @@ def profile_one(config, setup, rate, batch_size):
   fresh = data()
   timer = callbacks_lib.ThroughputLogger(batch_size)
   (model, record), train_cpu, train_wall = _timed(lambda: trainer.train(
-      config.trainer, fresh, tfto, seed=1, verbose=0,
+      plan.resolve(config.trainer, {}, fresh.train_examples), fresh, tfto,
+      seed=1, verbose=0,
       callbacks=[timer]))
   scores = evaluate(model, tfto, eval_files, label)[2]
   _, refit_cpu, _ = _timed(lambda: training.recalibrate_bias(

@@ -46,7 +46,7 @@ def test_auto_hparams_skip_the_overridden_keys():
     ({"dataset": "kdd"}, "unknown dataset 'kdd'"),
     ({"dag_runner": "airflow"}, "unknown dag_runner 'airflow'"),
     ({"split": "random"}, "unknown split 'random'"),
-    ({"batch_size": 0}, "batch_size must be a positive integer"),
+    ({"batch_size": 0}, "batch_size must be 'auto' or a positive integer"),
     ({"epochs": 0}, "epochs must be a positive integer"),
     ({"model": "xgboost"}, "unknown model 'xgboost'"),
     ({"scaling_rule": "cube"}, "unknown scaling_rule 'cube'"),

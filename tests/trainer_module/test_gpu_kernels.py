@@ -3,7 +3,7 @@
 The installed TensorFlow is the CUDA build: it registers its GPU kernels
 (and, once XLA has compiled something, its XLA_GPU_JIT kernels) with or
 without a GPU. These tests trace the real steps (Keras' train and test
-functions over CowClipTrainer.train_step/test_step; on one device, and
+functions over training.Step.train_step/test_step; on one device, and
 mirrored over two with NCCL all-reduces, as MirroredStrategy builds it over
 GPUs: mirrored_gpu_kernels.py) and look every op of the graph up in the
 kernel registry, inside nested functions, gradient functions

@@ -27,6 +27,7 @@ from conftest import split_records
 from trainer_module import features
 from trainer_module import input_pipeline
 from trainer_module import model_building
+from trainer_module import plan as plan_lib
 from trainer_module import preprocessing
 from trainer_module import trainer
 from trainer_module.settings import TrainerSettings
@@ -74,9 +75,10 @@ def _one_hot(ids, sizes):
 def test_baseline_matches_sklearn_logistic_regression_cv(run):
   train_files, eval_records, train_records, output = run
   settings = TrainerSettings(dataset="criteo", seed=0)
-  data = input_pipeline.training_data(train_files, output, SPEC.label,
-                                      settings.batch_size, seed=0)
-  model, record = trainer.train_baseline(settings, data, output)
+  data = input_pipeline.training_data(train_files, output, SPEC.label, 1024,
+                                      seed=0)
+  model, record = trainer.train_baseline(
+      plan_lib.resolve(settings, {}, data.train_examples), data, output)
   eval_labels, eval_ids = _transformed(output, eval_records)
   ours = metrics.roc_auc_score(
       eval_labels, model(eval_ids, training=False).numpy().ravel())
@@ -114,9 +116,10 @@ def test_baseline_rows_caps_the_rows_fitted(run, caplog):
   record; the validation slice still chooses C."""
   train_files, _, _, output = run
   settings = TrainerSettings(dataset="criteo", seed=0, baseline_rows=5_000)
-  data = input_pipeline.training_data(train_files, output, SPEC.label,
-                                      settings.batch_size, seed=0)
-  _, record = trainer.train_baseline(settings, data, output)
+  data = input_pipeline.training_data(train_files, output, SPEC.label, 1024,
+                                      seed=0)
+  _, record = trainer.train_baseline(
+      plan_lib.resolve(settings, {}, data.train_examples), data, output)
   assert record["train_rows"] == 5_000 < data.train_examples
   assert record["best"]["val_auc"] > 0.6
   assert f"on the first 5000 of the {data.train_examples} training rows: " \

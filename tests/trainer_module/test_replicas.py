@@ -14,6 +14,7 @@ from pipeline.config import PipelineConfig
 from trainer_module import contract
 from trainer_module import input_pipeline
 from trainer_module import paired_statistics
+from trainer_module import plan as plan_lib
 from trainer_module import served_model
 from trainer_module import serving
 from trainer_module import trainer
@@ -226,8 +227,9 @@ def _seeds_trained(monkeypatch, count, seed, log_dir):
                               train_examples=10, validation_examples=1,
                               click_rate=0.5, validation_buckets=1)
   _, record = trainer.train_replicas(
-      TrainerSettings(dataset="criteo", replicas=count), data, [], None, {},
-      log_dir, seed=seed, verbose=0 if seed is not None else "auto")
+      plan_lib.resolve(TrainerSettings(dataset="criteo", replicas=count,
+                                       batch_size=2), {}, 10),
+      data, [], None, log_dir, seed=seed, verbose=0 if seed is not None else "auto")
   return trained, record
 
 

@@ -13,6 +13,7 @@ import raw_records
 from trainer_module import features
 from trainer_module import input_pipeline
 from trainer_module import models
+from trainer_module import plan as plan_lib
 from trainer_module import trainer
 from trainer_module import training
 from trainer_module.settings import StepOptions
@@ -127,11 +128,11 @@ def test_every_replica_trains_on_the_same_sampled_weighted_rows(
 
   monkeypatch.setattr(trainer, "train", fake_train)
   settings = TrainerSettings(dataset="criteo", replicas=2,
-                             negative_sampling_rate=0.5)
+                             negative_sampling_rate=0.5, batch_size=100)
   monkeypatch.setattr(TrainerSettings, "spec", property(
       lambda self: dataclasses.replace(features.CRITEO, label="click")))
-  trainer.train_replicas(settings, data, files, _TRANSFORM, {},
-                         str(tmp_path / "logs"))
+  trainer.train_replicas(plan_lib.resolve(settings, {}, data.train_examples),
+                         data, files, _TRANSFORM, str(tmp_path / "logs"))
   want = {int(r): float(w) for f, _, w in data.train
           for r, w in zip(f["row"], w)}
   assert seen == [want, want]

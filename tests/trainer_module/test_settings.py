@@ -45,7 +45,7 @@ def test_round_trip_through_json_custom_config():
     ({"scaling_rule": "cube"}, "unknown scaling_rule 'cube'"),
     ({"step": {"embedding_update": "lazy"}}, "unknown embedding_update 'lazy'"),
     ({"step": {"cowclip_variant": "new"}}, "unknown cowclip_variant 'new'"),
-    ({"batch_size": 0}, "batch_size must be a positive integer"),
+    ({"batch_size": 0}, "batch_size must be 'auto' or a positive integer"),
     ({"epochs": 1.5}, "epochs must be a positive integer"),
     ({"hparams": {"dense_lr": -1e-3}}, "dense_lr must be a finite number"),
     ({"hparams": {"lr": 1e-3}}, "unknown hyperparameters ['lr']"),

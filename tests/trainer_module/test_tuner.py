@@ -6,7 +6,7 @@ import keras_tuner
 import pytest
 
 from trainer_module import features
-from trainer_module import model_building
+from trainer_module import plan as plan_lib
 from trainer_module import scaling
 from trainer_module import trainer
 from trainer_module import tuner
@@ -168,13 +168,13 @@ def test_best_epoch_metrics_are_those_of_the_best_val_auc_epoch():
 
 
 def test_model_options_take_the_tuned_sizes():
-  options = model_building.model_options(
+  options = plan_lib.model_options(
       TrainerSettings(dataset="criteo", model_options={"cross_layers": 2}),
       {"embedding_dim": 16, "dnn_units": 64, "dnn_layers": 2,
        "dense_lr": 1e-3, "tuner/epochs": 3})
   assert options.embedding_dim == 16 and options.hidden_units == (64, 64)
   assert options.cross_layers == 2
-  assert model_building.model_options(TrainerSettings(dataset="criteo"),
+  assert plan_lib.model_options(TrainerSettings(dataset="criteo"),
                                {"dense_lr": 1e-3}) == (
       trainer.models.ModelOptions())
 

@@ -193,10 +193,10 @@ def test_a_run_that_trains_like_a_finished_one_reuses_its_row(tmp_path):
   for rule, batch in (("none", base), ("cowclip", base), ("none", 4 * base)):
     row = _row(rule, batch, 1, 0.7)
     # As the study records them: `auto` base values from the training rows.
-    hparams = study.model_building.training_hparams(
+    hparams = study.plan_lib.training_hparams(
         study.run_config(config, study.StudyRun("deepfm", rule, batch, 1,
                                                 rule == "cowclip")
-                         ).trainer, {}, 50_000)["scaled"]
+                         ).trainer, {}, batch, 50_000)["scaled"]
     row.update(epochs=2, train_examples=50_000,
                **{k: hparams[k] for k in ("dense_lr", "embed_lr", "l2")})
     study_results.append_row(str(tmp_path / "study.csv"), row)

@@ -30,7 +30,7 @@ from pipeline import progress
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_eval_config
 from trainer_module import contract
-from trainer_module import model_building
+from trainer_module import plan as plan_lib
 
 EXAMPLES = 600
 HISTORY = {"loss": [0.61, 0.52], "val_loss": [0.58, 0.55],
@@ -114,7 +114,8 @@ def _save_model(config: PipelineConfig, uri: str, weight: float,
   tf.saved_model.save(model, serving, signatures={
       "serving_default": model.serve,
       contract.SLICING_SIGNATURE: model.slicing_features})
-  record = model_building.training_hparams(config.trainer, {})
+  record = plan_lib.training_hparams(config.trainer, {},
+                                     config.trainer.base_batch_size)
   record.update(train_examples=EXAMPLES, steps_per_epoch=1, history=HISTORY)
   with open(os.path.join(serving, contract.TRAINING_RECORD), "w") as f:
     json.dump(record, f)
@@ -266,8 +267,9 @@ def test_report_shows_candidate_baseline_and_diff_from_tfma(runs):
   for bucket in contract.FREQUENCY_BUCKETS:
     assert f"<td>{bucket}</td>" in page
   # The hyperparameters actually used, from training.json.
-  record = model_building.training_hparams(
-      _config(output_dir).trainer, {})
+  trainer_settings = _config(output_dir).trainer
+  record = plan_lib.training_hparams(trainer_settings, {},
+                                     trainer_settings.base_batch_size)
   assert f"<td>{record['rule']}</td>" in page
   assert f"{record['scaled']['embed_lr']:g}" in page
   for figure in (report.RELIABILITY_FIGURE, report.ID_FREQUENCY_FIGURE,

@@ -126,6 +126,17 @@ def test_headline_of_a_pushed_and_of_a_refused_run(tmp_path):
   assert not any(line.startswith("report:") for line in refused)
 
 
+def test_the_batch_size_and_why_are_said_on_the_console(tmp_path):
+  reason = ("auto: 269 steps an epoch on 8,800,000 training rows; 65536 "
+            "would give 135, under 256")
+  run = _summary(str(tmp_path), training={
+      **TRAINING, "batch_size": 32768, "batch_size_reason": reason})
+  line = f"batch 32768 ({reason}), cowclip scaling"
+  assert f"trained:    {line}" in report_text.headline(run, None).splitlines()
+  assert f"trained:   {line}" in report_text.describe(run).splitlines()
+  assert report_text.batch_text(_summary(str(tmp_path))) is None
+
+
 def test_a_run_serving_its_baseline_says_so_everywhere(tmp_path):
   served = {"served": contract.LR_OUTPUT, "serve": "best", "model": "deepfm",
             "model_validation_auc": 0.7202, "lr_validation_auc": 0.7153,
