@@ -219,29 +219,20 @@ def sparse_gradient(rows: tf.Tensor, ids: DistinctIds,
   """A table's gradient on the batch's rows only: one slice per distinct id
   (what Keras 3 optimizers need: Adam squares slice values before summing
   duplicates)."""
-  shape = tf.TensorShape(embeddings.shape)
-  # The static shape when known: tf.shape of a variable reads the whole
-  # table (training's sparse_reads).
-  return tf.IndexedSlices(rows, ids.ids, tf.constant(
-      shape.as_list(), ids.ids.dtype) if shape.is_fully_defined()
-                          else tf.shape(embeddings, out_type=ids.ids.dtype))
-
-
-def id_counts(ids: DistinctIds, dtype: tf.DType) -> tf.Tensor:
-  """[n] occurrences in the batch of each distinct id (importance-weighted
-  when ``ids`` has weights)."""
-  ones = (tf.ones_like(ids.position, dtype) if ids.weights is None
-          else tf.cast(ids.weights, dtype))
-  return tf.math.unsorted_segment_sum(ones, ids.position, tf.size(ids.ids))
+  return tf.IndexedSlices(rows, ids.ids,
+                          tf.shape(embeddings, out_type=ids.ids.dtype))
 
 
 def clip_gradient_rows(rows: GradientRows, ids: DistinctIds,
                        settings: ClipSettings) -> ClipResult:
   """CowClip's own work on a table's batch rows: the ids' counts
-  (id_counts), the rows' norms and clip_rows."""
-  return clip_rows(rows.rows, id_counts(ids, rows.rows.dtype),
-                   tf.norm(rows.weights, axis=-1), settings.r, settings.zeta,
-                   settings.variant)
+  (importance-weighted when ``ids`` has weights), the rows' norms and
+  clip_rows."""
+  ones = (tf.ones_like(ids.position, rows.rows.dtype) if ids.weights is None
+          else tf.cast(ids.weights, rows.rows.dtype))
+  counts = tf.math.unsorted_segment_sum(ones, ids.position, tf.size(ids.ids))
+  return clip_rows(rows.rows, counts, tf.norm(rows.weights, axis=-1),
+                   settings.r, settings.zeta, settings.variant)
 
 
 class TableGradient(NamedTuple):

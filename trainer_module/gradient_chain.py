@@ -31,7 +31,6 @@ import tensorflow as tf
 
 from trainer_module import cowclip
 from trainer_module import distribution
-from trainer_module import sparse_reads
 
 Gradient = cowclip.Gradient
 
@@ -63,8 +62,8 @@ class TableRows(NamedTuple):
     dense_data: each table's dense [V, d] data gradient (None: the
       tape's was slices, as an embedding lookup's is).
     squared_norms: each table's sum(W^2) over what the L2 term covers.
-    clipped, batch_ids: the clipped tables' count of clipped and of
-      distinct ids (cowclip.ClipResult), one entry per clip.
+    clipped, batch_ids: each clipped table's count of clipped and of
+      distinct ids (cowclip.ClipResult).
   """
   tables: Tuple[Table, ...]
   field_ids: Tuple[tf.Tensor, ...]
@@ -122,25 +121,19 @@ def gather_replicas(state: TableRows) -> TableRows:
                         weights=next(values) if weights else None)
 
 
-def batch_rows(read_rows: bool) -> Transform:
+def batch_rows(state: TableRows) -> TableRows:
   """Each table's gradient as one row per distinct id of its field (ids
-  deduplicated once per field), with the table's rows of those ids (read
-  alone with `read_rows`, the sparse update: sparse_reads); a dense data
-  gradient is kept whole for the dense update."""
-
-  def transform(state: TableRows) -> TableRows:
-    distinct = tuple(cowclip.distinct_ids(ids, state.weights)
-                     for ids in state.field_ids)
-    rows = tuple(cowclip.gradient_rows(
-        g, sparse_reads.resource(table.variable) if read_rows
-        else table.variable, distinct[table.field])
-                 for g, table in zip(state.gradients, state.tables))
-    dense_data = tuple(None if isinstance(g, tf.IndexedSlices) else g
-                       for g in state.gradients)
-    return state._replace(gradients=None, distinct=distinct, rows=rows,
-                          dense_data=dense_data)
-
-  return transform
+  deduplicated once per field), with the table's rows of those ids; a
+  dense data gradient is kept whole for the dense update."""
+  distinct = tuple(cowclip.distinct_ids(ids, state.weights)
+                   for ids in state.field_ids)
+  rows = tuple(cowclip.gradient_rows(g, table.variable,
+                                     distinct[table.field])
+               for g, table in zip(state.gradients, state.tables))
+  dense_data = tuple(None if isinstance(g, tf.IndexedSlices) else g
+                     for g in state.gradients)
+  return state._replace(gradients=None, distinct=distinct, rows=rows,
+                        dense_data=dense_data)
 
 
 def add_l2(l2: float, dense: bool) -> Transform:
@@ -150,10 +143,9 @@ def add_l2(l2: float, dense: bool) -> Transform:
   rows theirs), else over the batch's rows."""
 
   def transform(state: TableRows) -> TableRows:
-    # 2 * l2_loss(W) = sum(W^2) in one pass, without a [V, d] square.
     squares = tuple(
-        2 * tf.nn.l2_loss(tf.convert_to_tensor(table.variable)
-                          if dense else row.weights)
+        tf.reduce_sum(tf.square(tf.convert_to_tensor(table.variable)
+                                if dense else row.weights))
         for table, row in zip(state.tables, state.rows))
     return state._replace(rows=tuple(cowclip.add_l2(row, l2)
                                      for row in state.rows),
@@ -162,16 +154,11 @@ def add_l2(l2: float, dense: bool) -> Transform:
   return transform
 
 
-def clip_deep_rows(settings: cowclip.ClipSettings,
-                   packed: bool = True) -> Transform:
-  """CowClip on the deep tables' rows, with each field's counts (importance-
-  weighted when the batch has weights). `packed`: every table's rows in one
-  cowclip.clip_rows (the clip is row by row, so the rows of 26 tables clip
-  as one matrix, in a few ops instead of a few dozen per table); else each
-  table alone (XLA cannot split the matrix back into pieces of
-  data-dependent sizes)."""
+def clip_deep_rows(settings: cowclip.ClipSettings) -> Transform:
+  """CowClip on the deep tables' rows (cowclip.clip_gradient_rows, with
+  the field's counts, importance-weighted when the batch has weights)."""
 
-  def per_table(state: TableRows) -> TableRows:
+  def transform(state: TableRows) -> TableRows:
     rows, clipped, batch_ids = [], list(state.clipped), list(state.batch_ids)
     for table, row in zip(state.tables, state.rows):
       if table.deep:
@@ -184,27 +171,7 @@ def clip_deep_rows(settings: cowclip.ClipSettings,
     return state._replace(rows=tuple(rows), clipped=tuple(clipped),
                           batch_ids=tuple(batch_ids))
 
-  def transform(state: TableRows) -> TableRows:
-    deep = [i for i, table in enumerate(state.tables) if table.deep]
-    rows = [state.rows[i] for i in deep]
-    dtype = rows[0].rows.dtype
-    clipped = cowclip.clip_rows(
-        tf.concat([r.rows for r in rows], axis=0),
-        tf.concat([cowclip.id_counts(state.distinct[state.tables[i].field],
-                                     dtype) for i in deep], axis=0),
-        tf.norm(tf.concat([r.weights for r in rows], axis=0), axis=-1),
-        settings.r, settings.zeta, settings.variant)
-    pieces = iter(tf.split(clipped.gradient,
-                           tf.stack([tf.shape(r.rows)[0] for r in rows]),
-                           num=len(rows)))
-    new_rows = list(state.rows)
-    for i in deep:
-      new_rows[i] = new_rows[i]._replace(rows=next(pieces))
-    return state._replace(rows=tuple(new_rows),
-                          clipped=state.clipped + (clipped.clipped,),
-                          batch_ids=state.batch_ids + (clipped.batch_ids,))
-
-  return transform if packed else per_table
+  return transform
 
 
 def table_gradients(l2: float, dense: bool
@@ -226,14 +193,12 @@ def table_gradients(l2: float, dense: bool
   return gradients
 
 
-def table_chain(l2: float, dense: bool, clip: Optional[cowclip.ClipSettings],
-                xla: bool = False) -> Transform:
+def table_chain(l2: float, dense: bool,
+                clip: Optional[cowclip.ClipSettings]) -> Transform:
   """The step's chain for its options: gather, rows, L2, CowClip (when
-  `clip` is given; each table alone under `xla`)."""
-  return chain(gather_replicas, batch_rows(read_rows=not dense),
-               add_l2(l2, dense),
-               *([clip_deep_rows(clip, packed=not xla)]
-                 if clip is not None else []))
+  `clip` is given)."""
+  return chain(gather_replicas, batch_rows, add_l2(l2, dense),
+               *([clip_deep_rows(clip)] if clip is not None else []))
 
 
 def start(tables: Sequence[Table], field_ids: Sequence[tf.Tensor],

@@ -48,7 +48,6 @@ import tensorflow as tf
 from trainer_module import callbacks as callbacks_lib
 from trainer_module import precision as precision_lib
 from trainer_module import settings
-from trainer_module import sparse_reads
 
 # The model names, the baseline's and the precisions are the settings'
 # (trainer_module.settings, no TensorFlow): ModelOptions lives there too.
@@ -248,9 +247,6 @@ class CTRModel(keras.Model):
   # The training.Step that compile_model gives the model (None: not
   # compiled for training).
   training_step = None
-  # Look the ids up with a read of their rows alone (sparse_reads: tables
-  # that the sparse update scatters into), not of the whole table.
-  read_rows = False
 
   def __init__(self, architecture: str, vocab_sizes: Mapping[str, int],
                dense_features: Sequence[str],
@@ -437,28 +433,18 @@ class CTRModel(keras.Model):
         [ops.reshape(ops.cast(self._feature(features, name), "float32"),
                      (-1, 1)) for name in self.dense_features], axis=1)
 
-  def _lookup(self, table: keras.layers.Embedding, ids):
-    """The table's rows of `ids` (the Embedding layer's call, or its rows
-    read alone: read_rows)."""
-    if not self.read_rows:
-      return table(ids)
-    return ops.cast(sparse_reads.gather_rows(table.embeddings, ids),
-                    table.compute_dtype)
-
   def call(self, features, training=False):
     del training  # No dropout or batch norm: same graph for train and serve.
     ids = [self.field_ids(features, field) for field in self.fields]
     wide = ops.concatenate(
-        [self._lookup(table, i) for table, i in zip(self.wide_embeddings,
-                                                    ids)], axis=1)
+        [table(i) for table, i in zip(self.wide_embeddings, ids)], axis=1)
     logit = ops.sum(wide, axis=1, keepdims=True) + self.bias
     if self.dnn is None:  # Logistic regression.
       if self.dense_features:
         logit = logit + self.dense_linear(self._dense_input(features))
       return logit
     embedded = ops.stack(
-        [self._lookup(table, i) for table, i in zip(self.deep_embeddings,
-                                                    ids)], axis=1)
+        [table(i) for table, i in zip(self.deep_embeddings, ids)], axis=1)
     deep_input = ops.reshape(
         embedded, (-1, len(self.fields) * self.options.embedding_dim))
     if self.dense_features:

@@ -4,12 +4,8 @@ Registered with Keras under package "cowclip_ctr", so saved models and
 checkpoints find them by name wherever they live.
 """
 
-from typing import NamedTuple
-
 import keras
 import tensorflow as tf
-
-from trainer_module import sparse_reads
 
 
 @keras.saving.register_keras_serializable(package="cowclip_ctr")
@@ -35,19 +31,8 @@ class LinearWarmup(keras.optimizers.schedules.LearningRateSchedule):
     return {"peak": self.peak, "warmup_steps": self.warmup_steps}
 
 
-class AdamScalars(NamedTuple):
-  """What every variable's Adam update of one step shares."""
-  beta1_power: tf.Tensor
-  beta2_power: tf.Tensor
-  lr: tf.Tensor
-  beta_1: tf.Tensor
-  beta_2: tf.Tensor
-  epsilon: tf.Tensor
-  alpha: tf.Tensor  # lr * sqrt(1 - beta_2^t) / (1 - beta_1^t)
-
-
 class GlobalGradients:
-  """An Adam given the GLOBAL batch's gradients, the same on every
+  """An optimizer given the GLOBAL batch's gradients, the same on every
   replica: the training step sums the replicas' gradients itself
   (distribution.py), so the optimizer must not sum them again. (Keras'
   TensorFlow optimizers all-reduce by SUM, which would apply R times the
@@ -55,36 +40,6 @@ class GlobalGradients:
 
   def _all_reduce_sum_gradients(self, grads_and_vars):
     return list(grads_and_vars)
-
-  def _backend_update_step(self, grads, trainable_variables, learning_rate):
-    # The scalars every variable's ApplyAdam shares (the step's bias
-    # corrections, the rate), made once per apply instead of once per
-    # variable: a step updates 61 tables and weights, and at batch 1024 the
-    # ops' dispatch, not their arithmetic, is much of the step.
-    # (A plain attribute: Keras and TensorFlow would track a dict.)
-    object.__setattr__(self, "_shared", {})
-    try:
-      super()._backend_update_step(grads, trainable_variables, learning_rate)
-    finally:
-      object.__setattr__(self, "_shared", None)
-
-  def _scalars(self, dtype, learning_rate) -> AdamScalars:
-    """The step's AdamScalars in `dtype`, made once per apply
-    (_backend_update_step) and per dtype."""
-    shared = getattr(self, "_shared", None)
-    if shared is not None and dtype in shared:
-      return shared[dtype]
-    step = tf.cast(self.iterations + 1, dtype)
-    beta_1 = tf.cast(self.beta_1, dtype)
-    beta_2 = tf.cast(self.beta_2, dtype)
-    lr = tf.cast(learning_rate, dtype)
-    beta1_power, beta2_power = tf.pow(beta_1, step), tf.pow(beta_2, step)
-    scalars = AdamScalars(beta1_power, beta2_power, lr, beta_1, beta_2,
-                          tf.cast(self.epsilon, dtype),
-                          lr * tf.sqrt(1 - beta2_power) / (1 - beta1_power))
-    if shared is not None:
-      shared[dtype] = scalars
-    return scalars
 
 
 @keras.saving.register_keras_serializable(package="cowclip_ctr")
@@ -103,14 +58,17 @@ class FusedAdam(GlobalGradients, keras.optimizers.Adam):
     if isinstance(gradient, tf.IndexedSlices) or self.amsgrad:
       return super().update_step(gradient, variable, learning_rate)
     dtype = variable.dtype
-    shared = self._scalars(dtype, learning_rate)
+    step = tf.cast(self.iterations + 1, dtype)
+    beta_1 = tf.cast(self.beta_1, dtype)
+    beta_2 = tf.cast(self.beta_2, dtype)
     index = self._get_variable_index(variable)
     tf.raw_ops.ResourceApplyAdam(
         var=_resource(variable), m=_resource(self._momentums[index]),
         v=_resource(self._velocities[index]),
-        beta1_power=shared.beta1_power, beta2_power=shared.beta2_power,
-        lr=shared.lr, beta1=shared.beta_1, beta2=shared.beta_2,
-        epsilon=shared.epsilon, grad=tf.cast(gradient, dtype))
+        beta1_power=tf.pow(beta_1, step), beta2_power=tf.pow(beta_2, step),
+        lr=tf.cast(learning_rate, dtype), beta1=beta_1, beta2=beta_2,
+        epsilon=tf.cast(self.epsilon, dtype),
+        grad=tf.cast(gradient, dtype))
 
 
 def _resource(variable):
@@ -153,15 +111,16 @@ class LazyAdam(GlobalGradients, keras.optimizers.Adam):
       gradient = sum_duplicate_slices(gradient)
     rows = gradient.indices
     values = tf.cast(gradient.values, variable.dtype)
-    shared = self._scalars(variable.dtype, learning_rate)
-    beta_1, beta_2, alpha = shared.beta_1, shared.beta_2, shared.alpha
+    step = tf.cast(self.iterations + 1, variable.dtype)
+    beta_1 = tf.cast(self.beta_1, variable.dtype)
+    beta_2 = tf.cast(self.beta_2, variable.dtype)
+    alpha = (tf.cast(learning_rate, variable.dtype) *
+             tf.sqrt(1 - tf.pow(beta_2, step)) / (1 - tf.pow(beta_1, step)))
     index = self._get_variable_index(variable)
     m = self._momentums[index]
     v = self._velocities[index]
-    m_rows = beta_1 * sparse_reads.gather_rows(m, rows) + (
-        1 - beta_1) * values
-    v_rows = beta_2 * sparse_reads.gather_rows(v, rows) + (
-        1 - beta_2) * tf.square(values)
+    m_rows = beta_1 * tf.gather(m, rows) + (1 - beta_1) * values
+    v_rows = beta_2 * tf.gather(v, rows) + (1 - beta_2) * tf.square(values)
     self.assign(m, tf.IndexedSlices(m_rows, rows))
     self.assign(v, tf.IndexedSlices(v_rows, rows))
     self.assign_sub(variable, tf.IndexedSlices(

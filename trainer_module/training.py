@@ -74,7 +74,6 @@ from trainer_module import losses
 from trainer_module import models
 from trainer_module import optimizers
 from trainer_module import shampoo
-from trainer_module import sparse_reads
 from trainer_module.settings import StepOptions
 
 
@@ -153,8 +152,7 @@ class Step:
     clip = (cowclip.ClipSettings(config.r, config.zeta,
                                  config.step.cowclip_variant)
             if config.step.cowclip else None)
-    self.table_chain = gradient_chain.table_chain(config.l2, dense, clip,
-                                                  config.jit_compile)
+    self.table_chain = gradient_chain.table_chain(config.l2, dense, clip)
     self.table_gradients = gradient_chain.table_gradients(config.l2, dense)
     self.clips = clip is not None
 
@@ -187,7 +185,7 @@ class Step:
         squares += [tf.reduce_sum(tf.square(t)) for t in present]
       else:
         rows, _ = tf.unique(ids)
-        squares += [tf.reduce_sum(tf.square(sparse_reads.gather_rows(t, rows)))
+        squares += [tf.reduce_sum(tf.square(tf.gather(t, rows)))
                     for t in present]
     return self.config.l2 * tf.add_n(squares)
 
@@ -363,8 +361,6 @@ def compile_model(model: models.CTRModel, config: TrainingConfig) -> None:
   model.compile(optimizer=dense_optimizer, jit_compile=config.jit_compile)
   model.embedding_optimizer = embedding_optimizer
   model.training_step = Step(model, config)
-  # Tables the sparse update scatters into are read by rows (sparse_reads).
-  model.read_rows = config.step.embedding_update == "sparse"
 
 
 def recalibrate_bias(model: models.CTRModel, data: tf.data.Dataset,
