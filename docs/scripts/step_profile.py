@@ -8,7 +8,7 @@ inter-op pool), so the sums exceed the step's wall time, and an op that
 shares the cores with others takes longer than it would alone.
 
   PYTHONPATH=. .venv/bin/python docs/scripts/step_profile.py RAW_FILE WORK_DIR \
-      BATCH dense|sparse on|off [PRECISION]
+      BATCH dense|sparse on|off [PRECISION] [VOCAB_SCALE]
 
 RAW_FILE and WORK_DIR as `python -m pipeline benchmark --data RAW_FILE
 --work-dir WORK_DIR --min-frequency 10` (its ingestion and Transform are
@@ -55,6 +55,7 @@ def op_seconds(logdir: str):
   with open(path, "rb") as f:
     space.ParseFromString(f.read())
   by_type, by_name = collections.Counter(), collections.Counter()
+  counts = collections.Counter()
   for plane in space.planes:
     if not plane.name.startswith("/host:CPU"):
       continue
@@ -70,16 +71,19 @@ def op_seconds(logdir: str):
           continue
         by_type[op_type] += event.duration_ps / 1e12
         by_name[name] += event.duration_ps / 1e12
-  return by_type, by_name
+        counts[op_type] += 1
+  return by_type, by_name, counts
 
 
 def main() -> None:
   raw, work_dir, batch, update, clip = sys.argv[1:6]
   precision = sys.argv[6] if len(sys.argv) > 6 else "mixed_bfloat16"
+  vocab_scale = int(sys.argv[7]) if len(sys.argv) > 7 else 1
   spec = features.get_spec("criteo")
   data = benchmark.transform(spec, raw, 10, os.path.join(work_dir,
                                                          "pipeline"))
   case = benchmark.BenchmarkCase(int(batch), update, clip == "on",
+                                 vocab_scale=vocab_scale,
                                  precision=precision, input="fixed")
   logdir = tempfile.mkdtemp()
   result = benchmark.time_training_step(
@@ -89,12 +93,13 @@ def main() -> None:
   steps = LAST_TRACED - FIRST_TRACED + 1
   print(f"{result['examples_per_second']:,.0f} examples/s, "
         f"{result['seconds_per_step'] * 1e3:.1f} ms a step ({steps} traced)")
-  by_type, by_name = op_seconds(logdir)
+  by_type, by_name, counts = op_seconds(logdir)
   total = sum(by_type.values())
   print(f"traced ops: {total / steps * 1e3:.1f} ms a step, summed over "
-        "threads")
-  for op, seconds in by_type.most_common(20):
-    print(f"{op:32s} {seconds / steps * 1e3:8.2f} ms  {seconds / total:6.1%}")
+        f"threads; {sum(counts.values()) / steps:,.0f} ops a step")
+  for op, seconds in by_type.most_common(25):
+    print(f"{op:32s} {seconds / steps * 1e3:8.2f} ms  {seconds / total:6.1%}"
+          f"  {counts[op] / steps:6.0f} ops")
   print("--- by op")
   for op, seconds in by_name.most_common(25):
     print(f"{op[-88:]:88s} {seconds / steps * 1e3:8.2f} ms")
