@@ -170,13 +170,19 @@ def test_console_shows_progress_and_the_headline_and_logs_the_rest(
   # "on noise:" lines after the verdict when a check passed on its
   # interval alone (report_text.noise_passes); they explain, so they go.
   noise = [l for l in headline if l.startswith("on noise:   ")]
-  expected = (HEADLINE[:2] + ("served:",) + HEADLINE[2:4] +
+  expected = (HEADLINE[:2] + ("trained:", "served:") + HEADLINE[2:4] +
               ("on",) * len(noise) + HEADLINE[4:])
   assert [l.split()[0] for l in headline] == list(expected), console_output
   assert all(re.search(r"95% interval .* more eval rows would decide$", l)
              for l in noise), noise
   headline = [l for l in headline if l not in noise]
-  served = _record(output)["served"]
+  record = _record(output)
+  # The batch size the plan chose, and why (trainer_module/plan.py).
+  assert headline[2] == (
+      f"trained:    batch {record['batch_size']} "
+      f"({record['batch_size_reason']}), {record['rule']} scaling"), headline
+  headline = headline[:2] + headline[3:]
+  served = record["served"]
   assert re.fullmatch(
       r"served:     the (logistic-regression baseline, not the )?deepfm: "
       r"validation AUC of the deepfm minus the logistic regression's "
