@@ -161,6 +161,16 @@ def served_text(run: RunSummary) -> Optional[str]:
           f"{model} whatever its AUC)")
 
 
+def explanation_lines(run: RunSummary, width: int) -> List[str]:
+  """What the Trainer did that the metrics do not say, as labelled lines
+  (the label padded to `width`): where the model started, the batch it
+  trained at and why, which model is served and why."""
+  return [f"{label} ".ljust(width) + text
+          for label, text in (("warm start:", warm_start_text(run)),
+                              ("trained:", batch_text(run)),
+                              ("served:", served_text(run))) if text]
+
+
 def baseline_verdict(run: RunSummary) -> str:
   """What the candidate was compared against."""
   if run.evaluation is None:
@@ -223,15 +233,7 @@ def describe(run: RunSummary) -> str:
   else:
     lines.append("metrics:   none (no evaluation)")
   lines.append(f"baseline:  {baseline_verdict(run)}")
-  warm = warm_start_text(run)
-  if warm:
-    lines.append(f"warm start: {warm}")
-  batch = batch_text(run)
-  if batch:
-    lines.append(f"trained:   {batch}")
-  served = served_text(run)
-  if served:
-    lines.append(f"served:    {served}")
+  lines += explanation_lines(run, width=11)
   lines.append(f"pushed:    {push_verdict(run)}")
   lines += [f"on noise:  {line}" for line in noise_passes(run)]
   if run.earlier:
@@ -289,15 +291,7 @@ def headline(run: RunSummary, page: Optional[str]) -> str:
           f"in service: {_headline_metrics(run.evaluation.baseline_overall)}"
           "  (the model being served, on the same eval rows)")
       lines.append(f"vs served:  {_headline_changes(overall)}")
-  warm = warm_start_text(run)
-  if warm:
-    lines.append(f"warm start: {warm}")
-  batch = batch_text(run)
-  if batch:
-    lines.append(f"trained:    {batch}")
-  served = served_text(run)
-  if served:
-    lines.append(f"served:     {served}")
+  lines += explanation_lines(run, width=12)
   outcome = run.outcome
   if outcome and outcome.ingestion:
     lines.append(f"ingested:   {outcome.ingestion}")
