@@ -6,6 +6,7 @@ import csv
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from commands.cli import flags
 from commands.cli import main as cli
@@ -16,6 +17,8 @@ from trainer_module import input_pipeline
 from trainer_module import models
 from trainer_module import precision
 from trainer_module import preprocessing
+from trainer_module import settings
+from trainer_module import training
 
 
 
@@ -161,3 +164,24 @@ def test_a_timed_case_runs_the_callbacks_it_is_given(criteo_file, work_dir):
       components=False, callbacks=[counter])
   assert counter.steps == 3
   assert result["steps"] == 2 and result["examples_per_second"] > 0
+
+
+@pytest.mark.parametrize("cowclip_on", [True, False])
+def test_the_step_parts_time_through_the_chains_pieces(cowclip_on):
+  """component_seconds times the step's parts from the gradient chain's
+  public pieces (gradient_chain), on a compiled model: no pipeline."""
+  model = models.build_model("deepfm", {"a": 7, "b": 5}, ("x",),
+                             models.ModelOptions(embedding_dim=3,
+                                                 hidden_units=(8,)))
+  training.compile_model(model, training.TrainingConfig(
+      dense_lr=1e-2, embed_lr=1e-2, l2=1e-3, r=0.5, zeta=1e-3,
+      warmup_epochs=0.0, steps_per_epoch=1,
+      step=settings.StepOptions(cowclip=cowclip_on)))
+  rng = np.random.default_rng(0)
+  batch = {"a": tf.constant(rng.integers(0, 7, 16)),
+           "b": tf.constant(rng.integers(0, 5, 16)),
+           "x": tf.constant(rng.normal(size=16).astype(np.float32))}
+  seconds = benchmark.component_seconds(model, batch, repeats=1)
+  assert set(seconds) == set(benchmark.COMPONENTS)
+  assert all(v >= 0 for v in seconds.values())
+  assert (seconds["cowclip"] > 0) == cowclip_on
