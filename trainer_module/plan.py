@@ -37,7 +37,6 @@ class TrainingPlan:
     steps_per_epoch: training steps of one epoch (the warmup's length).
     hparams: the hyperparameters' record (rule, auto keys, base batch size,
       base and scaled values: scaled is what the step uses).
-    step: the step's options.
     model_options: the architecture, tuned sizes in, the precision chosen.
     precision: the precision setting, the choice and, for auto, the probe's
       rates.
@@ -49,7 +48,6 @@ class TrainingPlan:
   batch_size_reason: str
   steps_per_epoch: int
   hparams: Mapping[str, Any]
-  step: StepOptions
   model_options: ModelOptions
   precision: Mapping[str, Any]
   strategy: tf.distribute.Strategy
@@ -58,6 +56,11 @@ class TrainingPlan:
   def scaled(self) -> Dict[str, float]:
     """The hyperparameters the step trains with (hparams.NAMES)."""
     return dict(self.hparams["scaled"])
+
+  @property
+  def step(self) -> StepOptions:
+    """The step's options (the settings')."""
+    return self.settings.step
 
   @property
   def replicas(self) -> int:
@@ -80,11 +83,10 @@ class TrainingPlan:
     default step without CowClip (model_building.build_and_compile)."""
     return dataclasses.replace(
         self, settings=dataclasses.replace(
-            self.settings, model=LOGISTIC_REGRESSION),
-        hparams={"rule": "none", "auto": [],
-                       "batch_size": self.batch_size,
-                       "scaled": baseline_hparams(l2)},
-        step=StepOptions(cowclip=False))
+            self.settings, model=LOGISTIC_REGRESSION,
+            step=StepOptions(cowclip=False)),
+        hparams={"rule": "none", "auto": [], "batch_size": self.batch_size,
+                 "scaled": baseline_hparams(l2)})
 
 
 # The logistic-regression baseline (issues #32, #42, docs/lr_baseline.md) is
@@ -186,7 +188,6 @@ def resolve(settings: TrainerSettings, tuned: Mapping[str, Any],
       batch_size=size, batch_size_reason=reason,
       steps_per_epoch=scaling.steps_per_epoch(train_examples, size),
       hparams=training_hparams(settings, tuned, size, train_examples),
-      step=settings.step,
       model_options=dataclasses.replace(options, precision=chosen),
       precision={"setting": options.precision, "chosen": chosen, **probe},
       strategy=strategy)
