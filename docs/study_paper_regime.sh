@@ -24,6 +24,15 @@ set -euo pipefail
 # ignored and cannot trap it: stop it with `kill -TERM -- -PGID`.
 trap 'exit 130' INT
 trap 'exit 143' TERM
+# `nice` alone does not yield under `setsid`: the script is then a session
+# of its own, and Linux's autogroup scheduler shares the cores between
+# sessions by the autogroup's nice value, not the processes'. Measured
+# 2026-12-02 (2 cores): a benchmark's float32 matmul peak was 150-159
+# GFLOP/s beside a `nice -n 19` queue, 267-294 with the queue stopped, and
+# 246-294 beside it once its autogroup had the script's nice value.
+if [ -w /proc/self/autogroup ]; then
+  echo "$(nice)" > /proc/self/autogroup || true
+fi
 ROOT=${1:?usage: docs/study_paper_regime.sh ROOT}
 PY=${PY:-.venv/bin/python}
 RESULTS=${RESULTS:-docs/study_paper_regime}
