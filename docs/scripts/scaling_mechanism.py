@@ -167,11 +167,13 @@ def main(argv: Sequence[str]) -> int:
   held = input_pipeline.hold_split(list(data.train_files),
                                    data.tf_transform_output, spec.label)
   names = bucket_names()
+  # Every run's tables have the Transform's vocabulary sizes.
+  buckets = row_buckets(data, spec, preprocessing.vocabulary_sizes(
+      data.tf_transform_output, spec))
 
   updates, trained = [], {}
   for rule, batch in RUNS:
     model, plan, snap = train(data, spec, held, rule, batch, examples)
-    buckets = row_buckets(data, spec, model.vocab_sizes)
     moved = [np.linalg.norm(a - b, axis=-1)
              for a, b in zip(snap.after, snap.before)]
     row = {"rule": rule, "batch_size": batch, "examples": examples,
@@ -197,7 +199,6 @@ def main(argv: Sequence[str]) -> int:
     plan = trained[("cowclip", batch)][1]
     clip = cowclip.ClipSettings(plan.scaled["r"], plan.scaled["zeta"])
     rows = gradient_rows(model, plan, *batches[batch], clip)
-    buckets = row_buckets(data, spec, model.vocab_sizes)
     for index, name in enumerate(names):
       keep = [buckets[model.fields[field]][ids] == index
               for field, ids, *_ in rows]
@@ -245,9 +246,8 @@ def plot(out: str) -> None:
   moved.set_title(f"over the same {int(base['examples']):,} examples")
   moved.legend(fontsize=8)
   base_state = [g for g in gradients if g["weights_of"] == f"none at {BASE}"]
-  by_batch = {int(g["batch_size"]): {g["bucket"]: g for g in base_state
-                                     if int(g["batch_size"]) == b}
-              for g in base_state for b in (int(g["batch_size"]),)}
+  by_batch = {b: {g["bucket"]: g for g in base_state
+                  if int(g["batch_size"]) == b} for b in (BASE, LARGE)}
   for key, label in (("mean_gradient_norm", "gradient row norm"),
                      ("mean_occurrences", "occurrences")):
     grown.plot(names, [float(by_batch[LARGE][n][key]) /
