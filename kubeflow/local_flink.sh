@@ -75,7 +75,7 @@ flink_home() {
 }
 
 job_server_jar() {  # FLINK_JOB_SERVER_JAR: a jar of your own (a mirror's)
-  local beam artifact jar
+  local beam artifact jar reason
   if [ -n "${FLINK_JOB_SERVER_JAR:-}" ]; then
     [ -f "$FLINK_JOB_SERVER_JAR" ] || die "FLINK_JOB_SERVER_JAR=$FLINK_JOB_SERVER_JAR does not exist"
     echo "$FLINK_JOB_SERVER_JAR"
@@ -90,8 +90,10 @@ job_server_jar() {  # FLINK_JOB_SERVER_JAR: a jar of your own (a mirror's)
     if ! mvn --batch-mode --quiet --update-snapshots dependency:copy \
         -Dartifact="$artifact" -DoutputDirectory="$CACHE/jars" \
         >"$CACHE/mvn.log" 2>&1; then
-      grep -q "was not found in\|Could not find artifact" "$CACHE/mvn.log" &&
-        die "the Beam Flink job server $artifact is not in the Maven repository this machine reaches (mvn: not found; log: $CACHE/mvn.log)"
+      # Maven's own reason (its first error line, without the prefix).
+      reason=$(grep -m1 -o "Could not find artifact.*\|[^ ]* was not found in.*" "$CACHE/mvn.log" || true)
+      [ -n "$reason" ] &&
+        die "the Beam Flink job server $artifact is not in the Maven repository this machine reaches: Maven says \"$reason\" (set FLINK_JOB_SERVER_JAR to a jar of your own; log: $CACHE/mvn.log)"
       die "Maven could not fetch the Beam Flink job server $artifact (log: $CACHE/mvn.log)"
     fi
   fi

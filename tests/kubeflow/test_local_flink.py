@@ -44,3 +44,30 @@ def test_a_port_in_use_is_named_before_anything_starts(tmp_path):
   assert lines == [f"error: port {port} is in use by another program (set "
                    "its *_PORT variable)"]
   assert not (tmp_path / "cache").exists()  # Nothing fetched.
+
+
+def test_a_job_server_maven_does_not_serve_is_named_with_mavens_reason(
+    tmp_path):
+  if subprocess.run(["bash", "-c", "command -v java"],
+                    capture_output=True).returncode:
+    return  # The Java check comes first: the test above covers it.
+  bin_dir = tmp_path / "bin"
+  bin_dir.mkdir()
+  (bin_dir / "mvn").write_text(
+      "#!/bin/sh\n"
+      "echo '[ERROR] Failed to execute goal org.apache.maven.plugins:maven-"
+      "dependency-plugin:2.8:copy (default-cli) on project standalone-pom: "
+      "Unable to find artifact. Could not find artifact org.apache.beam:"
+      "beam-runners-flink-1.20-job-server:jar:2.74.0 in central "
+      "(https://repo.example/maven2)'\n"
+      "exit 1\n")
+  (bin_dir / "mvn").chmod(0o755)
+  code, lines = _start(tmp_path, PATH=f"{bin_dir}:{os.environ['PATH']}")
+  assert code == 1
+  error, = [l for l in lines if l.startswith("error: ")]
+  assert error.startswith("error: the Beam Flink job server org.apache.beam:"
+                          "beam-runners-flink-1.20-job-server:")
+  assert ('Maven says "Could not find artifact org.apache.beam:beam-runners-'
+          'flink-1.20-job-server:jar:2.74.0 in central (https://repo.example/'
+          'maven2)" (set FLINK_JOB_SERVER_JAR to a jar of your own; log: '
+          f'{tmp_path}/cache/mvn.log)') in error
