@@ -67,9 +67,9 @@ class TrainingPlan:
     return self.strategy.num_replicas_in_sync
 
   def record(self) -> Dict[str, Any]:
-    """What training.json records of the plan."""
-    return {**self.hparams, "batch_size": self.batch_size,
-            "batch_size_reason": self.batch_size_reason,
+    """What training.json records of the plan (the hyperparameters' record
+    holds the batch size)."""
+    return {**self.hparams, "batch_size_reason": self.batch_size_reason,
             "steps_per_epoch": self.steps_per_epoch,
             "model_options": dataclasses.asdict(self.model_options),
             "precision": dict(self.precision),
