@@ -148,6 +148,27 @@ for rule in cowclip none sqrt; do
 done
 main_run cowclip 8192 --ablation
 
+# Two runs of one seed compared on the same eval rows, paired (DeLong:
+# docs/scripts/paired_runs.py), into RESULTS/MAIN/pairs.csv. Only runs
+# trained on this machine have their exports in ROOT: a pair with one
+# missing, or already in pairs.csv, is skipped.
+pair() {  # RUN_A RUN_B
+  local runs=$ROOT/pipelines/criteo_kaggle/runs/$MAIN
+  [ -d "$runs/$1/serving" ] && [ -d "$runs/$2/serving" ] || return 0
+  grep -q "^$1,$2," "$RESULTS/$MAIN/pairs.csv" 2>/dev/null && return 0
+  $PY docs/scripts/paired_runs.py criteo "$CRITEO" \
+    "$ROOT/pipelines/criteo_kaggle" "$RESULTS/$MAIN" "$1" "$2"
+  commit "$MAIN" "docs/study_paper_regime/$MAIN: $1 against $2, paired on the eval rows"
+}
+pairs_of_seed() {  # SEED
+  local s=$1
+  pair deepfm-sqrt-noclip-b32768-s$s deepfm-cowclip-clip-b32768-s$s
+  pair deepfm-cowclip-clip-b32768-s$s deepfm-cowclip-noclip-b32768-s$s
+  pair deepfm-cowclip-clip-b32768-s$s deepfm-none-noclip-b1024-s$s
+  pair deepfm-sqrt-noclip-b32768-s$s deepfm-none-noclip-b1024-s$s
+  pair deepfm-cowclip-clip-b1024-s$s deepfm-none-noclip-b1024-s$s
+}
+
 # 2. The verdict made firm (issue 59): seeds 2 and 3 of the 32x rules and of
 #    the 1024 base runs, the 32768 ones first (half the time of a 1024 run);
 #    then the four rules at 64x (65536: 135 steps an epoch at 8.8M rows).
@@ -159,6 +180,7 @@ for seed in 2 3; do
   for rule in none cowclip; do
     main_run $rule 1024 --seeds $seed
   done
+  pairs_of_seed $seed
 done
 for rule in cowclip sqrt none; do
   main_run $rule 65536
