@@ -17,6 +17,20 @@ def _start(tmp_path, **env):
   return result.returncode, result.stderr.strip().splitlines()
 
 
+def _free_ports():
+  """The cluster's port settings, each a port free now: the script checks
+  them before it fetches anything."""
+  names = ("FLINK_REST_PORT", "FLINK_RPC_PORT", "BEAM_JOB_PORT",
+           "BEAM_ARTIFACT_PORT", "BEAM_WORKER_POOL_PORT")
+  sockets = [socket.socket() for _ in names]
+  for s in sockets:
+    s.bind(("localhost", 0))
+  ports = {name: str(s.getsockname()[1]) for name, s in zip(names, sockets)}
+  for s in sockets:
+    s.close()
+  return ports
+
+
 def test_without_java_it_says_so(tmp_path):
   bin_dir = tmp_path / "bin"
   bin_dir.mkdir()
@@ -62,7 +76,8 @@ def test_a_job_server_maven_does_not_serve_is_named_with_mavens_reason(
       "(https://repo.example/maven2)'\n"
       "exit 1\n")
   (bin_dir / "mvn").chmod(0o755)
-  code, lines = _start(tmp_path, PATH=f"{bin_dir}:{os.environ['PATH']}")
+  code, lines = _start(tmp_path, PATH=f"{bin_dir}:{os.environ['PATH']}",
+                       **_free_ports())
   assert code == 1
   error, = [l for l in lines if l.startswith("error: ")]
   assert error.startswith("error: the Beam Flink job server org.apache.beam:"
