@@ -87,15 +87,20 @@ def prediction_difference(predictions: Sequence["np.ndarray"],
       for a, b in itertools.combinations(predictions, 2)]))
 
 
+def component_directory(output_uri: str, folder: str) -> str:
+  """<root>/<component>/`folder`: beside a component's outputs, where its
+  executions keep what outlives one of them; `output_uri` is one of its
+  outputs, <root>/<component>/<output>/<execution id>."""
+  return os.path.join(os.path.dirname(os.path.dirname(output_uri)), folder)
+
+
 def resume_directory(output_uri: str, folder: str,
                      key_parts: Sequence[Any]) -> str:
   """A directory that every execution of a component on the same inputs
   and settings (`key_parts`, hashed as JSON) finds, and no other: an
   interrupted execution's work, resumed by the next (the Trainer's
-  backups, the Tuner's finished trials). <root>/<component>/`folder`/<key>,
-  beside the component's outputs; `output_uri` is one of them,
-  <root>/<component>/<output>/<execution id>."""
+  backups, the Tuner's finished trials).
+  component_directory(`output_uri`, `folder`)/<key>."""
   key = hashlib.sha256(json.dumps(list(key_parts), sort_keys=True,
                                   default=str).encode()).hexdigest()[:16]
-  return os.path.join(os.path.dirname(os.path.dirname(output_uri)), folder,
-                      key)
+  return os.path.join(component_directory(output_uri, folder), key)

@@ -170,19 +170,22 @@ def batch_size(settings: TrainerSettings, train_examples: int,
 
 
 def resolve(settings: TrainerSettings, tuned: Mapping[str, Any],
-            train_examples: int) -> TrainingPlan:
+            train_examples: int,
+            precision_kept_in: Optional[str] = None) -> TrainingPlan:
   """The plan of `settings` (with KerasTuner's `tuned` values: base
   hyperparameters and model sizes) on `train_examples` training rows.
 
   Builds the strategy (distribution.strategy: one per process) and, for
-  precision auto, probes the machine once per process
+  precision auto, probes the machine once per process, or takes the
+  choice kept in `precision_kept_in` for this kind of machine
   (precision.resolve)."""
   strategy = distribution.strategy(settings.distribution,
                                    settings.cpu_devices)
   size, reason = batch_size(settings, train_examples,
                             strategy.num_replicas_in_sync)
   options = model_options(settings, tuned)
-  chosen, probe = precision_lib.resolve(options.precision)
+  chosen, probe = precision_lib.resolve(options.precision,
+                                        precision_kept_in)
   return TrainingPlan(
       settings=settings, train_examples=train_examples,
       batch_size=size, batch_size_reason=reason,

@@ -11,15 +11,23 @@ margin keeps a machine near parity on float32, where the step's other work
 (casts, the float32 embeddings and optimizer) would eat the gain.
 
 The choice is a measurement, so on a machine near the margin, or one
-whose load swings, two runs can choose differently (the Trainer records
-the choice and the rates): pin `--precision` where retrains must match bit
-for bit.
+whose load swings, two probes can choose differently: under a test run's
+load one chose float32 for a run and bf16 for the next on the same machine
+(docs/defaults.md). So the Trainer keeps its first choice per kind of
+machine (`kept_in`: a folder beside its outputs, one file per
+machine_kind) and every later run of the pipeline on that kind of machine
+trains in it: a retrain, or two runs compared, differ in what they were
+asked to, not in a probe's luck. Another kind of machine probes afresh;
+delete the file to probe again.
 """
 
 import functools
+import hashlib
+import json
 import math
+import os
 import time
-from typing import Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -78,12 +86,55 @@ def probe() -> Dict[str, float]:
   return measure()
 
 
-def resolve(precision: str) -> Tuple[str, Dict[str, float]]:
-  """The precision to train with, and the probe's numbers when `precision`
-  is AUTO (else {}: the choice was the user's)."""
+def machine_kind() -> str:
+  """What a probe's answer is a property of: the CPU model and the flags
+  that decide bf16's speed, the core count and the GPUs TensorFlow sees."""
+  model, flags = "unknown CPU", set()
+  try:
+    with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+      for line in cpuinfo:
+        name, _, value = line.partition(":")
+        if name.strip() == "model name" and model == "unknown CPU":
+          model = value.strip()
+        elif name.strip() == "flags" and not flags:
+          flags = set(value.split())
+  except OSError:
+    pass
+  fast = sorted(flags & {"avx2", "avx512f", "avx512_bf16", "amx_bf16",
+                         "amx_tile"})
+  gpus = sorted(tf.config.experimental.get_device_details(gpu).get(
+      "device_name", gpu.name) for gpu in tf.config.list_physical_devices("GPU"))
+  return (f"{model}; {' '.join(fast) or 'no avx2'}; {os.cpu_count()} cores; "
+          f"GPUs: {', '.join(gpus) or 'none'}")
+
+
+def resolve(precision: str, kept_in: Optional[str] = None
+            ) -> Tuple[str, Dict[str, Any]]:
+  """The precision to train with, and for AUTO its record (else {}: the
+  choice was the user's).
+
+  With `kept_in`, AUTO takes the choice kept there for this machine_kind
+  if there is one, else probes and keeps it; the record then says which
+  (``kept_at``, and ``probed_now`` False when the choice was read)."""
   if precision != AUTO:
     return precision, {}
+  kind = machine_kind() if kept_in else ""
+  path = (os.path.join(kept_in, hashlib.sha256(kind.encode()).hexdigest()[:16]
+                       + ".json") if kept_in else None)
+  if path and tf.io.gfile.exists(path):
+    with tf.io.gfile.GFile(path) as kept:
+      record = json.load(kept)
+    return record["chosen"], {**record["probe"], "kept_at": path,
+                              "probed_now": False}
   measured = probe()
   chosen = (MIXED_BFLOAT16 if measured["bf16_speedup"] >= BF16_MIN_SPEEDUP
             else FLOAT32)
-  return chosen, measured
+  if not path:
+    return chosen, measured
+  tf.io.gfile.makedirs(kept_in)
+  partial = f"{path}.{os.getpid()}.partial"
+  with tf.io.gfile.GFile(partial, "w") as kept:
+    json.dump({"machine": kind, "chosen": chosen, "probe": measured}, kept,
+              indent=1)
+  tf.io.gfile.rename(partial, path, overwrite=True)
+  return chosen, {**measured, "kept_at": path, "probed_now": True}

@@ -244,19 +244,6 @@ def _production_options(record: Mapping[str, Any]) -> List[str]:
                                                 rows)]
 
 
-def _precision(record: Mapping[str, Any]) -> str:
-  """The precision trained in, and for auto what the probe measured."""
-  chosen = record.get("precision", {})
-  if not chosen:
-    return "-"
-  if "bf16_speedup" not in chosen:
-    return chosen["chosen"]
-  return (f"{chosen['chosen']} (auto: bf16 matmul "
-          f"{chosen['bf16_speedup']:.2f}x float32, "
-          f"{chosen['bfloat16_gflops']:.0f} against "
-          f"{chosen['float32_gflops']:.0f} GFLOP/s)")
-
-
 def _training_sections(run: RunSummary, report_dir: str) -> List[str]:
   record = run.training
   if record is None:
@@ -297,7 +284,7 @@ def _training_sections(run: RunSummary, report_dir: str) -> List[str]:
           "steps_per_epoch")] + [
               ["derived from the data size (auto)",
                ", ".join(record.get("auto", [])) or "none"],
-              ["precision of the DNN", _precision(record)]]))
+              ["precision of the DNN", report_text.precision_text(record)]]))
   base, scaled = record.get("base", {}), record.get("scaled", {})
   parts.append(_table(
       ["hyperparameter", f"base (batch {record.get('base_batch_size')})",

@@ -5,7 +5,7 @@ summary renders the same as a read one.
 """
 
 import os
-from typing import List, Optional, Sequence
+from typing import Any, List, Mapping, Optional, Sequence
 
 from commands.report.reading import DIFF_SUFFIX
 from commands.report.reading import Evaluation
@@ -125,14 +125,34 @@ def warm_start_text(run: RunSummary) -> Optional[str]:
 
 
 def batch_text(run: RunSummary) -> Optional[str]:
-  """The batch size the Trainer trained at and why: the user's, or the
-  auto rule's (trainer_module/plan.py); None for a record without the
-  reason (older runs)."""
+  """The batch size the Trainer trained at and why (the user's, or the
+  auto rule's: trainer_module/plan.py), and the precision; None for a
+  record without the reason (older runs)."""
   training = run.training or {}
   if "batch_size_reason" not in training:
     return None
-  return (f"batch {training['batch_size']} ({training['batch_size_reason']})"
+  line = (f"batch {training['batch_size']} ({training['batch_size_reason']})"
           f", {training['rule']} scaling")
+  return line + (f", in {precision_text(training)}"
+                 if training.get("precision") else "")
+
+
+def precision_text(record: Mapping[str, Any]) -> str:
+  """The precision trained in, and for auto what the probe measured and
+  whether this run probed or took the choice kept from an earlier one
+  (trainer_module/precision.py)."""
+  chosen = record.get("precision", {})
+  if not chosen:
+    return "-"
+  if "bf16_speedup" not in chosen:
+    return chosen["chosen"]
+  kept = ("" if "kept_at" not in chosen else
+          ", probed by this run and kept for the next" if chosen["probed_now"]
+          else ", the choice kept from an earlier run on this kind of machine")
+  return (f"{chosen['chosen']} (auto: bf16 matmul "
+          f"{chosen['bf16_speedup']:.2f}x float32, "
+          f"{chosen['bfloat16_gflops']:.0f} against "
+          f"{chosen['float32_gflops']:.0f} GFLOP/s{kept})")
 
 
 def served_text(run: RunSummary) -> Optional[str]:

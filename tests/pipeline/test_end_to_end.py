@@ -29,6 +29,7 @@ from tfx import v1 as tfx
 from commands.cli import console
 from commands.cli import main as cli
 from commands.report import reading as report_reading
+from commands.report import text as report_text
 from commands.synthetic import generate
 from components import gate_metrics
 from conftest import run_command
@@ -38,6 +39,7 @@ from pipeline.code_fingerprint import REPO_ROOT
 import run_parity
 from trainer_module import contract
 from trainer_module import features
+from trainer_module import trainer
 
 pytestmark = pytest.mark.slow
 
@@ -177,10 +179,18 @@ def test_console_shows_progress_and_the_headline_and_logs_the_rest(
              for l in noise), noise
   headline = [l for l in headline if l not in noise]
   record = _record(output)
-  # The batch size the plan chose, and why (trainer_module/plan.py).
+  # The batch size the plan chose, and why (trainer_module/plan.py), and
+  # the precision --precision auto chose, kept beside the Trainer's outputs
+  # for the pipeline's later runs on this kind of machine.
   assert headline[2] == (
       f"trained:    batch {record['batch_size']} "
-      f"({record['batch_size_reason']}), {record['rule']} scaling"), headline
+      f"({record['batch_size_reason']}), {record['rule']} scaling, in "
+      f"{report_text.precision_text(record)}"), headline
+  kept = record["precision"]
+  assert kept["probed_now"] and os.path.dirname(kept["kept_at"]) == str(
+      output / "pipeline" / "Trainer" / trainer.PRECISION_DIR)
+  with open(kept["kept_at"], encoding="utf-8") as f:
+    assert json.load(f)["chosen"] == kept["chosen"]
   headline = headline[:2] + headline[3:]
   served = record["served"]
   assert re.fullmatch(

@@ -1,5 +1,7 @@
 """`--precision auto`: the probe's rule, its record and the model it builds."""
 
+import os
+
 import keras
 import pytest
 
@@ -29,6 +31,44 @@ def test_auto_picks_bf16_from_the_measured_speedup(monkeypatch, speedup,
                                                    chosen):
   measured = _probe_at(monkeypatch, speedup)
   assert precision.resolve(precision.AUTO) == (chosen, measured)
+
+
+def test_auto_keeps_its_first_choice_for_the_next_runs(monkeypatch, tmp_path):
+  kept_in = str(tmp_path / "precision")
+  first = _probe_at(monkeypatch, 1.8)
+  chosen, record = precision.resolve(precision.AUTO, kept_in)
+  assert chosen == precision.MIXED_BFLOAT16 and record["probed_now"]
+  assert record["kept_at"].startswith(kept_in)
+  # A later probe under load would choose float32: the kept choice wins.
+  _probe_at(monkeypatch, 0.9)
+  chosen, record = precision.resolve(precision.AUTO, kept_in)
+  assert chosen == precision.MIXED_BFLOAT16 and not record["probed_now"]
+  assert {k: record[k] for k in first} == first
+  # An explicit precision is the user's, kept choice or not.
+  assert precision.resolve(precision.FLOAT32, kept_in) == (
+      precision.FLOAT32, {})
+
+
+def test_another_kind_of_machine_probes_afresh(monkeypatch, tmp_path):
+  kept_in = str(tmp_path)
+  _probe_at(monkeypatch, 1.8)
+  precision.resolve(precision.AUTO, kept_in)
+  monkeypatch.setattr(precision, "machine_kind", lambda: "another CPU")
+  _probe_at(monkeypatch, 0.9)
+  chosen, record = precision.resolve(precision.AUTO, kept_in)
+  assert chosen == precision.FLOAT32 and record["probed_now"]
+  assert len(os.listdir(kept_in)) == 2
+
+
+def test_the_machine_kind_names_the_cpu_and_its_bf16_flags():
+  kind = precision.machine_kind()
+  with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+    text = cpuinfo.read()
+  model = next(line.split(":", 1)[1].strip() for line in text.splitlines()
+               if line.startswith("model name"))
+  assert kind.startswith(model + "; ")
+  assert ("avx512_bf16" in kind) == ("avx512_bf16" in text.split())
+  assert f"{os.cpu_count()} cores" in kind
 
 
 def test_the_probe_measures_both_rates():

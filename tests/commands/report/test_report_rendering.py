@@ -135,6 +135,15 @@ def test_the_batch_size_and_why_are_said_on_the_console(tmp_path):
   assert f"trained:    {line}" in report_text.headline(run, None).splitlines()
   assert f"trained:   {line}" in report_text.describe(run).splitlines()
   assert report_text.batch_text(_summary(str(tmp_path))) is None
+  kept = _summary(str(tmp_path), training={
+      **TRAINING, "batch_size_reason": "--batch-size", "precision": {
+          "setting": "auto", "chosen": "float32", "float32_gflops": 270.0,
+          "bfloat16_gflops": 150.0, "bf16_speedup": 150 / 270,
+          "kept_at": "R/Trainer/precision/k.json", "probed_now": True}})
+  assert report_text.batch_text(kept) == (
+      "batch 8192 (--batch-size), cowclip scaling, in float32 (auto: bf16 "
+      "matmul 0.56x float32, 150 against 270 GFLOP/s, probed by this run "
+      "and kept for the next)")
 
 
 def test_a_run_serving_its_baseline_says_so_everywhere(tmp_path):
@@ -261,6 +270,14 @@ def test_run_page_says_which_precision_auto_chose_and_why(tmp_path):
                                              training=chosen)),
               encoding="utf-8").read()
   assert "<td>precision of the DNN</td><td>float32</td>" in page
+  kept = {**TRAINING, "precision": {**training["precision"],
+                                    "kept_at": "R/Trainer/precision/k.json",
+                                    "probed_now": False}}
+  page = open(report.write_run_page(_summary(str(tmp_path / "kept"),
+                                             training=kept)),
+              encoding="utf-8").read()
+  assert ("518 GFLOP/s, the choice kept from an earlier run on this kind of "
+          "machine)</td>") in page
 
 
 def test_page_of_a_run_that_stopped_before_training(tmp_path):
