@@ -32,14 +32,18 @@ gradient is a sum over the examples that hold its id (the "reference"
 variant below is exactly AGC's form times cnt_k).
 
 Code shape, as optax's clipping transforms: ``clip_rows`` is the pure row
-clip (rows, counts, norms in; clipped rows out). ``table_gradient`` is the
-one adapter, the entry point the training step calls for every embedding
-table: from a lookup's gradient and the field's ids deduplicated once
+clip (rows, counts, norms in; clipped rows out). The training step runs
+the same functions as a chain over all its tables (gradient_chain.py):
+from a lookup's gradient and the field's ids deduplicated once
 (``distinct_ids``, shared by the field's tables) it builds the rows of the
-batch's ids with the L2 gradient (``gradient_rows``), clips them
-(``clip_gradient_rows``: counts, optionally importance-weighted, row norms
-and ``clip_rows``) and returns the table's gradient, dense or sparse. The
-module imports no other project module: the caller passes the settings.
+batch's ids (``gradient_rows``) with the L2 gradient (``add_l2``), clips
+them (``clip_gradient_rows``: counts, optionally importance-weighted, row
+norms and ``clip_rows``) and gives the table's gradient, dense or sparse
+(``dense_gradient``, ``sparse_gradient``). ``table_gradient`` is that
+composition for one table, in the chain's order of operations: the form
+the reference cases (tests/trainer_module/test_cowclip.py) pin against
+NumPy. The module imports no other project module: the caller passes the
+settings.
 
 Variants. "paper" is the formula printed in the paper. "reference" follows the
 authors' public code (bytedance/LargeBatchCTR, train.py + clip.py): it passes
@@ -256,8 +260,8 @@ class TableGradient(NamedTuple):
 def table_gradient(gradient: Gradient, embeddings, ids: DistinctIds,
                    l2: float = 0.0, clip: Optional[ClipSettings] = None,
                    sparse: bool = False) -> TableGradient:
-  """The adapter: a lookup's gradient plus L2, CowClip-clipped, for the
-  optimizer (see the module doc).
+  """One table's gradient for the optimizer: a lookup's gradient plus L2,
+  CowClip-clipped, as the step's chain computes it (see the module doc).
 
   Args:
     gradient: the gradient of a lookup of ``embeddings`` by the field's ids
