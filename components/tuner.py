@@ -11,7 +11,7 @@ rolling window of days (components/span_window.py).
 import csv
 import json
 import os
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import keras_tuner
 import tensorflow as tf
@@ -27,6 +27,9 @@ from trainer_module import contract
 # Files of the trial table inside the tuner_results artifact.
 TRIALS_JSON = "trials.json"
 TRIALS_CSV = "trials.csv"
+# The batch the trials trained at and why (CtrHyperModel.batch_record),
+# inside the tuner_results artifact.
+BATCH_JSON = "batch.json"
 # Metrics of a trial in the table (at its best epoch), after its hparams.
 TABLE_METRICS = (contract.OBJECTIVE, "val_loss", "epochs_run")
 
@@ -81,6 +84,17 @@ def read_trials(tuner_results_dir: str) -> List[Dict[str, Any]]:
     return json.load(f)
 
 
+def read_batch(tuner_results_dir: str) -> Optional[Dict[str, Any]]:
+  """The batch a CtrTuner's trials trained at and why (BATCH_JSON); None
+  for tuner_results without it (a module file's own hypermodel, or a
+  Tuner run from before the file was written)."""
+  path = os.path.join(tuner_results_dir, BATCH_JSON)
+  if not tf.io.gfile.exists(path):
+    return None
+  with tf.io.gfile.GFile(path) as f:
+    return json.load(f)
+
+
 # The searches' KerasTuner directories, beside the Tuner's outputs under
 # the pipeline root: <root>/Tuner/search/<key>/.
 SEARCH_DIR = "search"
@@ -117,8 +131,13 @@ class TrialTableExecutor(tuner_executor.Executor):
     working_dir = search_directory(input_dict, output_dict, exec_properties)
     tuner = tuner_executor.search(input_dict, exec_properties, working_dir)
     rows = trial_rows(tuner.oracle)
-    write_trials(rows, artifact_utils.get_single_uri(
-        output_dict[standard_component_specs.TUNER_RESULTS_KEY]))
+    results = artifact_utils.get_single_uri(
+        output_dict[standard_component_specs.TUNER_RESULTS_KEY])
+    write_trials(rows, results)
+    # A module file's own hypermodel may not say its batch.
+    if hasattr(tuner.hypermodel, "batch_record"):
+      with tf.io.gfile.GFile(os.path.join(results, BATCH_JSON), "w") as f:
+        json.dump(tuner.hypermodel.batch_record(), f, indent=2)
     # Ended: a re-run must search again, not reload these trials (failed
     # ones included).
     if tf.io.gfile.exists(working_dir):

@@ -114,6 +114,14 @@ class CtrHyperModel(keras_tuner.HyperModel):
     self._tf_transform_output = tf_transform_output
     self._data = data
 
+  def batch_record(self) -> Dict[str, Any]:
+    """The batch every trial trains at and why, for the tuning results
+    (an `auto` batch is resolved here, from the training rows)."""
+    plan = plan_lib.resolve(self._settings, {}, self._data.train_examples)
+    return {"batch_size": plan.batch_size,
+            "batch_size_reason": plan.batch_size_reason,
+            "steps_per_epoch": plan.steps_per_epoch}
+
   def declare_hyperparameters(self, hp: keras_tuner.HyperParameters) -> None:
     for dimension in self._space.values():
       dimension.declare(hp)

@@ -97,6 +97,8 @@ class TuningOutcome:
         f"best base values: {values}",
         f"                  (at batch {s['base_batch_size']}; the "
         f"{s['scaling_rule']} rule maps them to a run's batch size)",
+        f"trials trained at batch {s['tuned_at_batch_size']} "
+        f"({s['batch_size_reason']})",
         "written:          " + "\n                  ".join(self.files),
         f"reuse with:       python -m pipeline run ... --hparams-from "
         f"{self.output}"])
@@ -110,9 +112,12 @@ def write_results(config: PipelineConfig, best_hparams_dir: str,
   values = check_best_hyperparameters(best_file)
   completed = [r for r in rows if r["status"] == "COMPLETED"]
   best = max(completed, key=lambda r: r[contract.OBJECTIVE])
-  # The Tuner resolved an auto batch size from the training rows (its log
-  # says which); the summary then gives no scaled values.
-  batch = config.trainer.batch_size
+  # The batch the trials trained at, as the Tuner resolved it (an `auto`
+  # one from the training rows).
+  trained = tuner_component.read_batch(tuner_results_dir) or {
+      "batch_size": config.trainer.batch_size,
+      "batch_size_reason": "not recorded by this Tuner run"}
+  batch = trained["batch_size"]
   scaled = (None if batch == scaling.AUTO_BATCH_SIZE else
             plan_lib.training_hparams(config.trainer, values, batch)["scaled"])
   summary = {
@@ -125,6 +130,7 @@ def write_results(config: PipelineConfig, best_hparams_dir: str,
       "base_batch_size": config.trainer.base_batch_size,
       "scaling_rule": config.trainer.scaling_rule,
       "tuned_at_batch_size": batch,
+      "batch_size_reason": trained["batch_size_reason"],
       "scaled_at_tuned_batch_size": scaled,
       "tuner_results": tuner_results_dir,
       "best_hyperparameters": best_hparams_dir}
@@ -136,8 +142,8 @@ def write_results(config: PipelineConfig, best_hparams_dir: str,
     json.dump(summary, f, indent=2)
   tuner_component.write_trials(rows, config.output)
   plot = os.path.join(config.output, PLOT)
-  plot_trials(rows, plot, f"{config.dataset} {config.trainer.model}: {config.tuning.tuner} "
-              f"search at batch {config.trainer.batch_size}")
+  plot_trials(rows, plot, f"{config.dataset} {config.trainer.model}: "
+              f"{config.tuning.tuner} search at batch {batch}")
   files = (summary_path, copy,
            os.path.join(config.output, tuner_component.TRIALS_CSV),
            os.path.join(config.output, tuner_component.TRIALS_JSON), plot)

@@ -208,6 +208,34 @@ def test_plot_of_trials_with_a_failure(tmp_path):
   assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_the_summary_gives_the_batch_an_auto_search_trained_at(tmp_path):
+  """The Tuner resolves `--batch-size auto` from the training rows
+  (CtrHyperModel.batch_record): the summary says which batch and why, and
+  the base values scaled to it."""
+  best, results = tmp_path / "best", tmp_path / "results"
+  best.mkdir()
+  (best / tune.BEST_FILE).write_text(json.dumps(
+      {"space": [], "values": BEST_VALUES}))
+  tuner_component.write_trials(
+      [{"trial_id": "0", "status": "COMPLETED", **BEST_VALUES,
+        "val_auc": 0.75, "val_loss": 0.45, "epochs_run": 1,
+        "error": None}], str(results))
+  reason = "auto: 396 steps an epoch on 1,619,582 training rows"
+  (results / tuner_component.BATCH_JSON).write_text(json.dumps(
+      {"batch_size": 4096, "batch_size_reason": reason,
+       "steps_per_epoch": 396}))
+  config = _parse("tune", "--dataset", "criteo", "--data", "d", "--output",
+                  str(tmp_path / "out"))
+  assert config.trainer.batch_size == scaling.AUTO_BATCH_SIZE
+  outcome = tune.write_results(config, str(best), str(results))
+  summary = outcome.summary
+  assert (summary["tuned_at_batch_size"], summary["batch_size_reason"]) == (
+      4096, reason)
+  assert summary["scaled_at_tuned_batch_size"] == scaling.scale_hparams(
+      "cowclip", BEST_VALUES, 1024, 4096)
+  assert f"trials trained at batch 4096 ({reason})" in outcome.describe()
+
+
 # --- One real pipeline run with --tune, shared by the tests below. -------
 
 RUN_ARGS = ("--dataset", "criteo", "--batch-size", "256", "--epochs", "1",
@@ -322,6 +350,9 @@ def test_trial_table_is_in_the_tuner_results(tuned_run):
   best = _best_values(tuned_run["tuner"]["best_hyperparameters"])["values"]
   winner = max(completed, key=lambda r: r["val_auc"])
   assert {k: winner[k] for k in best} == best
+  batch = tuner_component.read_batch(tuned_run["tuner"]["tuner_results"])
+  assert (batch["batch_size"], batch["batch_size_reason"]) == (
+      256, "--batch-size")
 
 
 @pytest.fixture(scope="module")
@@ -353,6 +384,7 @@ def test_tuning_job_reuses_the_run_and_writes_results(tuned_run, tuning_job):
   assert summary["values"] == best
   assert (summary["dataset"], summary["trials"]) == ("criteo", 2)
   assert summary["tuned_at_batch_size"] == 256
+  assert summary["batch_size_reason"] == "--batch-size"
   assert summary["scaled_at_tuned_batch_size"] == scaling.scale_hparams(
       "cowclip", best, 1024, 256)
   with open(os.path.join(output, tuner_component.TRIALS_CSV), newline="") as f:
