@@ -185,3 +185,19 @@ def test_the_step_parts_time_through_the_chains_pieces(cowclip_on):
   assert set(seconds) == set(benchmark.COMPONENTS)
   assert all(v >= 0 for v in seconds.values())
   assert (seconds["cowclip"] > 0) == cowclip_on
+
+
+def test_the_collectives_time_through_the_chains_gather():
+  """collective_seconds runs the chain's own gather (gradient_chain.
+  gather_replicas) and sums on tensors of the step's shapes: here on the
+  default strategy's one replica, so a change to the chain's pieces breaks
+  it in the fast tests, not first in a real run (the slow benchmark test
+  times it on two)."""
+  model = models.build_model("deepfm", {"a": 7, "b": 5}, ("x",),
+                             models.ModelOptions(embedding_dim=3,
+                                                 hidden_units=(8,)))
+  training.compile_model(model, training.TrainingConfig(
+      dense_lr=1e-2, embed_lr=1e-2, l2=1e-3, r=0.5, zeta=1e-3,
+      warmup_epochs=0.0, steps_per_epoch=1, step=settings.StepOptions()))
+  seconds = benchmark.collective_seconds(model, batch_size=16, repeats=1)
+  assert isinstance(seconds, float) and seconds >= 0
