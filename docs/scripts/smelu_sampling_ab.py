@@ -149,7 +149,7 @@ def profile_one(config, setup, rate, batch_size):
       callbacks=[timer]))
   scores = evaluate(model, tfto, eval_files, label)[2]
   _, refit_cpu, _ = _timed(lambda: training.recalibrate_bias(
-      model, fresh.validation))
+      model, fresh.validation, fresh.click_rate))
   return {**scores, "rate": rate, "train_examples": fresh.train_examples,
           "rows_read": train_rows,
           "epochs_run": record["epochs_run"],
