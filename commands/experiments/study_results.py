@@ -12,6 +12,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from matplotlib.figure import Figure
 import numpy as np
+from scipy import stats as scipy_stats
 
 from commands.experiments.study_evaluation import BUCKETS
 
@@ -212,6 +213,66 @@ def _table(groups, model: str, column: str, digits: int) -> List[str]:
   return lines
 
 
+# The confidence of the seed-to-seed intervals against the base run.
+SEED_CONFIDENCE = 0.95
+
+
+def seed_difference(values: Sequence[float], base: Sequence[float]
+                   ) -> Tuple[float, float, float]:
+  """mean(values) - mean(base) and its two-sided SEED_CONFIDENCE interval
+  over the seeds (Welch's t: each side's own seed-to-seed variance); the
+  interval is NaN where a side has one seed (no spread to test against).
+  Different seeds reorder and reinitialise the training, so this is the
+  spread a rule's result would show on a rerun, which the paired test on
+  one seed's eval rows (docs/scripts/paired_runs.py) does not hold."""
+  difference = statistics.mean(values) - statistics.mean(base)
+  if len(values) < 2 or len(base) < 2:
+    return difference, math.nan, math.nan
+  shares = [statistics.variance(v) / len(v) for v in (values, base)]
+  error = math.sqrt(sum(shares))
+  if error == 0:
+    return difference, difference, difference
+  freedom = error**4 / sum(share**2 / (len(v) - 1)
+                           for share, v in zip(shares, (values, base)))
+  half = scipy_stats.t.ppf(0.5 + SEED_CONFIDENCE / 2, freedom) * error
+  return difference, difference - half, difference + half
+
+
+def _against_base(groups, model: str, column: str) -> List[str]:
+  """The table of each run's mean minus the base run's (`none` at the
+  smallest batch), with seed_difference's interval and the seed counts;
+  [] without a base run."""
+  batches = sorted({b for m, _, b in groups if m == model})
+  base_key = (model, run_label("none", False), batches[0])
+  if base_key not in groups:
+    return []
+
+  def finished(rows):
+    return [r[column] for r in rows
+            if not r["diverged"] and not math.isnan(r[column])]
+
+  base = finished(groups[base_key])
+  if not base:
+    return []
+  labels = list(dict.fromkeys(l for m, l, _ in groups if m == model))
+  lines = ["| rule | " + " | ".join(str(b) for b in batches) + " |",
+           "|---" * (len(batches) + 1) + "|"]
+  for label in labels:
+    cells = []
+    for batch in batches:
+      values = finished(groups.get((model, label, batch), []))
+      if not values or (model, label, batch) == base_key:
+        cells.append("")
+        continue
+      difference, low, high = seed_difference(values, base)
+      interval = ("" if math.isnan(low) else
+                  f" [{low:+.4f}, {high:+.4f}]")
+      cells.append(f"{difference:+.4f}{interval} ({len(values)} vs "
+                   f"{len(base)})")
+    lines.append(f"| {label} | " + " | ".join(cells) + " |")
+  return lines
+
+
 def _has_replica_pd(rows: Iterable[Mapping[str, object]]) -> bool:
   """Whether any finished run measured PD between replicas."""
   return any(not math.isnan(r["replica_pd"]) for r in rows)
@@ -262,6 +323,13 @@ def markdown_report(rows: Sequence[Mapping[str, object]],
         *replica_tables):
       lines += [f"## {model}: {title}", "",
                 *_table(groups, model, column, digits), ""]
+      against = _against_base(groups, model, column) if column in (
+          "auc", "logloss") else []
+      if against:
+        lines += [f"## {model}: {title}, minus the base run's (`none` at "
+                  f"batch {min(b for m, _, b in groups if m == model)}; "
+                  f"{SEED_CONFIDENCE:.0%} interval over seeds, Welch's t; "
+                  "seeds of each side)", "", *against, ""]
     batches = sorted({b for m, _, b in groups if m == model})
     for batch in sorted({batches[0], batches[-1]}):
       for title, column in (("eval AUC", "auc"), ("PD between replicas",

@@ -9,6 +9,7 @@ import os
 import keras
 import numpy as np
 import pytest
+from scipy import stats as scipy_stats
 
 from commands.cli import main as cli
 from commands.experiments import study
@@ -366,6 +367,40 @@ def test_report_tables_and_figures(tmp_path):
   for path in paths:
     with open(path, "rb") as f:
       assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_seed_difference_is_welchs_interval():
+  values, base = [0.7946, 0.7952, 0.7940], [0.7944, 0.7947, 0.7950]
+  difference, low, high = study_results.seed_difference(values, base)
+  reference = scipy_stats.ttest_ind(values, base, equal_var=False)
+  want = reference.confidence_interval(study_results.SEED_CONFIDENCE)
+  assert difference == pytest.approx(np.mean(values) - np.mean(base))
+  assert (low, high) == pytest.approx((want.low, want.high), rel=1e-12)
+  # One seed on a side: no spread to test against.
+  one = study_results.seed_difference([0.80], base)
+  assert one[0] == pytest.approx(0.80 - np.mean(base))
+  assert math.isnan(one[1]) and math.isnan(one[2])
+
+
+def test_report_gives_each_run_against_the_base_run():
+  rows = [_row("none", 1024, 1, 0.75), _row("none", 1024, 2, 0.77),
+          _row("sqrt", 8192, 1, 0.78), _row("sqrt", 8192, 2, 0.79),
+          _row("cowclip", 8192, 1, 0.76)]
+  text = study_results.markdown_report(rows, [])
+  lines = text.splitlines()
+  start = lines.index("## deepfm: Eval AUC (best epoch: the kept model), "
+                      "minus the base run's (`none` at batch 1024; 95% "
+                      "interval over seeds, Welch's t; seeds of each side)")
+  _, low, high = study_results.seed_difference([0.78, 0.79], [0.75, 0.77])
+  assert lines[start + 2:start + 6] == [
+      "| rule | 1024 | 8192 |", "|---|---|---|",
+      "| none |  |  |",
+      f"| sqrt |  | +0.0250 [{low:+.4f}, {high:+.4f}] (2 vs 2) |"]
+  assert lines[start + 6] == "| cowclip |  | +0.0000 (1 vs 2) |"
+  assert "log loss (best epoch), minus the base run's" in text
+  # Without a base run (`none` at the smallest batch), no such table.
+  assert "minus the base run's" not in study_results.markdown_report(
+      rows[2:], [])
 
 
 class _FirstEpochBest(keras.callbacks.EarlyStopping):
