@@ -113,6 +113,8 @@ class CtrHyperModel(keras_tuner.HyperModel):
     self._space = space
     self._tf_transform_output = tf_transform_output
     self._data = data
+    # (the trial's values as JSON, its plan): see _plan.
+    self._trial_plan = (None, None)
 
   def batch_record(self) -> Dict[str, Any]:
     """The batch every trial trains at and why, for the tuning results
@@ -137,9 +139,13 @@ class CtrHyperModel(keras_tuner.HyperModel):
 
   def _plan(self, hp: keras_tuner.HyperParameters) -> plan_lib.TrainingPlan:
     """The trial's plan: the settings with its values (the batch size
-    does not depend on them: the data is batched once)."""
-    return plan_lib.resolve(self._settings, hp.values,
-                            self._data.train_examples)
+    does not depend on them: the data is batched once), resolved once per
+    trial (build, then fit, ask for it)."""
+    values = json.dumps(hp.values, sort_keys=True)
+    if self._trial_plan[0] != values:
+      self._trial_plan = (values, plan_lib.resolve(
+          self._settings, hp.values, self._data.train_examples))
+    return self._trial_plan[1]
 
   def fit(self, hp, model, *args, callbacks=(), epochs=None,
           initial_epoch=0, verbose="auto", **kwargs) -> Dict[str, float]:

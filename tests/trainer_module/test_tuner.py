@@ -194,3 +194,26 @@ def test_every_tuner_builds_with_the_budget(tmp_path, name):
   with pytest.raises(ValueError, match="unknown tuner 'grid'"):
     tuner.make_tuner("grid", tiny_search.TinyHyperModel(space, set()), 4, 2,
                      str(tmp_path))
+
+
+def test_a_trial_resolves_its_plan_once(monkeypatch):
+  """build and fit of one trial read one plan; the next trial's values get
+  their own (the plan is resolved once: trainer_module/plan.py)."""
+  calls = []
+  monkeypatch.setattr(plan_lib, "resolve",
+                      lambda settings, values, rows: calls.append(
+                          dict(values)) or object())
+
+  class Rows:
+    train_examples = 1000
+
+  hypermodel = tuner.CtrHyperModel(
+      TrainerSettings.from_custom_config({"dataset": "criteo"}),
+      tuner.search_space("criteo"), None, Rows())
+  hp = keras_tuner.HyperParameters()
+  hypermodel.declare_hyperparameters(hp)
+  first = hypermodel._plan(hp)  # pylint: disable=protected-access
+  assert hypermodel._plan(hp) is first  # pylint: disable=protected-access
+  hp.values["dense_lr"] *= 2
+  assert hypermodel._plan(hp) is not first  # pylint: disable=protected-access
+  assert len(calls) == 2 and calls[1]["dense_lr"] == 2 * calls[0]["dense_lr"]
