@@ -181,6 +181,13 @@ def _group(rows: Iterable[Mapping[str, object]]
   return groups
 
 
+def _finished(rows: Iterable[Mapping[str, object]], column: str
+             ) -> List[float]:
+  """`column` of the rows that finished (not diverged, not NaN)."""
+  return [r[column] for r in rows
+          if not r["diverged"] and not math.isnan(r[column])]
+
+
 def _mean_spread(values: Sequence[float]) -> Tuple[float, float]:
   """Mean and sample standard deviation (0 for a single value)."""
   mean = statistics.mean(values)
@@ -190,8 +197,7 @@ def _mean_spread(values: Sequence[float]) -> Tuple[float, float]:
 def _cell(rows: Sequence[Mapping[str, object]], column: str,
           digits: int = 4) -> str:
   """'mean ± std' over the finished seeds; diverged seeds are named."""
-  values = [r[column] for r in rows
-            if not r["diverged"] and not math.isnan(r[column])]
+  values = _finished(rows, column)
   diverged = sum(bool(r["diverged"]) for r in rows)
   if not values:
     return "diverged" if diverged else "n/a"
@@ -244,14 +250,7 @@ def _against_base(groups, model: str, column: str) -> List[str]:
   [] without a base run."""
   batches = sorted({b for m, _, b in groups if m == model})
   base_key = (model, run_label("none", False), batches[0])
-  if base_key not in groups:
-    return []
-
-  def finished(rows):
-    return [r[column] for r in rows
-            if not r["diverged"] and not math.isnan(r[column])]
-
-  base = finished(groups[base_key])
+  base = _finished(groups.get(base_key, []), column)
   if not base:
     return []
   labels = list(dict.fromkeys(l for m, l, _ in groups if m == model))
@@ -260,7 +259,7 @@ def _against_base(groups, model: str, column: str) -> List[str]:
   for label in labels:
     cells = []
     for batch in batches:
-      values = finished(groups.get((model, label, batch), []))
+      values = _finished(groups.get((model, label, batch), []), column)
       if not values or (model, label, batch) == base_key:
         cells.append("")
         continue
@@ -359,8 +358,7 @@ def _series(groups, model: str, column: str):
   """{label: (batch sizes, means, stds)} of the finished runs."""
   series = {}
   for (m, label, batch), members in groups.items():
-    values = [r[column] for r in members
-              if not r["diverged"] and not math.isnan(r[column])]
+    values = _finished(members, column)
     if m == model and values:
       mean, spread = _mean_spread(values)
       series.setdefault(label, []).append((batch, mean, spread))
