@@ -79,10 +79,16 @@ def _start(command):
       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
+# A bound that tells stopping at once from finishing the stage, not a speed
+# figure: idle runs stop in a few seconds, a loaded CI machine took 10.5.
+STOP_BOUND = 30
+
+
 def _ctrl_c_once(process, started):
   """Ctrl-C to `process`'s group once `started()` holds; asserts that it
-  stops within 10 s with status 130, one line on the console naming where
-  it stopped and how to resume, and no traceback. Returns that line."""
+  stops within `STOP_BOUND` s with status 130, one line on the console
+  naming where it stopped and how to resume, and no traceback. Returns
+  that line."""
   deadline = time.monotonic() + 600
   while not started():
     assert process.poll() is None, process.communicate()
@@ -90,7 +96,7 @@ def _ctrl_c_once(process, started):
   os.killpg(process.pid, signal.SIGINT)
   stopped = time.monotonic()
   stdout, stderr = process.communicate(timeout=120)
-  assert time.monotonic() - stopped < 10, (stdout, stderr)
+  assert time.monotonic() - stopped < STOP_BOUND, (stdout, stderr)
   assert process.returncode == 130, (stdout, stderr)
   assert "Traceback" not in stderr and "Traceback" not in stdout
   line = stderr.strip().splitlines()[-1]
@@ -120,8 +126,8 @@ def test_ctrl_c_stops_each_stage_and_each_rerun_resumes(tmp_path):
   """What a terminal's Ctrl-C does, at each stage of one run: SIGINT to
   the run's process group during ExampleGen, then (the same command again)
   during Transform, then during the Trainer after its second epoch. Each
-  ends within 10 s, status 130, one line naming where, no traceback (it is
-  in the run log), nothing pushed; each re-run goes past where the last one
+  ends within STOP_BOUND s, status 130, one line naming where, no
+  traceback (it is in the run log), nothing pushed; each re-run goes past where the last one
   stopped, and the last resumes the Trainer from its backup after the
   epochs it had finished and completes (issue #45)."""
   data = tmp_path / "data" / "train.txt"
