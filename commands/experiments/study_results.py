@@ -300,6 +300,7 @@ def markdown_report(rows: Sequence[Mapping[str, object]],
   groups = _group(rows)
   lines = ["# Batch-size scaling study", "", *header, held, ""]
   for model in dict.fromkeys(m for m, _, _ in groups):
+    batches = sorted({b for m, _, b in groups if m == model})
     replica_tables = (
         ("Prediction Difference between the replicas (PD, Anil et al. "
          "2022, section 5)", "replica_pd", 4),
@@ -326,10 +327,9 @@ def markdown_report(rows: Sequence[Mapping[str, object]],
           "auc", "logloss") else []
       if against:
         lines += [f"## {model}: {title}, minus the base run's (`none` at "
-                  f"batch {min(b for m, _, b in groups if m == model)}; "
+                  f"batch {batches[0]}; "
                   f"{SEED_CONFIDENCE:.0%} interval over seeds, Welch's t; "
                   "seeds of each side)", "", *against, ""]
-    batches = sorted({b for m, _, b in groups if m == model})
     for batch in sorted({batches[0], batches[-1]}):
       for title, column in (("eval AUC", "auc"), ("PD between replicas",
                                                    "replica_pd")):
