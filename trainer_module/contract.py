@@ -94,6 +94,20 @@ def component_directory(output_uri: str, folder: str) -> str:
   return os.path.join(os.path.dirname(os.path.dirname(output_uri)), folder)
 
 
+def pipeline_directory(output_uri: str, folder: str) -> str:
+  """<root>/`folder`: what every component's executions share;
+  `output_uri` as for component_directory, or a directory at its depth
+  (the Tuner's search directory, <root>/Tuner/search/<key>)."""
+  return os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+      output_uri))), folder)
+
+
+# Under the pipeline root: --precision auto's first choice, one file per
+# kind of machine (precision.resolve), which the Tuner's trials and the
+# Trainer both take, so tuned values are found in the precision served.
+PRECISION_DIR = "precision"
+
+
 def resume_directory(output_uri: str, folder: str,
                      key_parts: Sequence[Any]) -> str:
   """A directory that every execution of a component on the same inputs

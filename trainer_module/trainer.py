@@ -464,7 +464,8 @@ def run_fn(fn_args) -> None:
                     settings.spec.label, settings.negative_sampling_rate)
   plan = plan_lib.resolve(
       settings, tuned, held.train_examples, precision_kept_in=
-      contract.component_directory(fn_args.model_run_dir, PRECISION_DIR))
+      contract.pipeline_directory(fn_args.model_run_dir,
+                                  contract.PRECISION_DIR))
   logging.info("training at batch %d (%s), %d steps an epoch, in %s",
                plan.batch_size, plan.batch_size_reason, plan.steps_per_epoch,
                plan.model_options.precision)
@@ -537,9 +538,6 @@ def run_fn(fn_args) -> None:
 # The Trainer's fits keep their backups under the pipeline root, beside
 # its executions' outputs: <root>/Trainer/backup/<key>/.
 BACKUP_DIR = "backup"
-# Beside the Trainer's outputs: --precision auto's choice, one file per kind
-# of machine, kept for every later run (precision.resolve).
-PRECISION_DIR = "precision"
 
 
 def backup_root(fn_args, tuned: Mapping[str, Any]) -> str:

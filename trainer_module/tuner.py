@@ -22,7 +22,7 @@ maps them again for its own batch size.
 import json
 import math
 import os
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, List, Mapping, Optional
 
 import keras
 import keras_tuner
@@ -101,15 +101,19 @@ class CtrHyperModel(keras_tuner.HyperModel):
   KerasTuner builds a trial's model itself (build:
   model_building.build_and_compile, train()'s first half) and then fits it (fit: trainer.train with that
   model). The data is the one training part and validation slice of the
-  train split, shared by every trial.
+  train split, shared by every trial. `precision_kept_in`: the pipeline's
+  kept --precision auto choice (contract.PRECISION_DIR), which the Trainer
+  takes too, so the trials search in the precision the model trains in.
   """
 
   def __init__(self, settings: TrainerSettings,
                space: Mapping[str, Dimension],
                tf_transform_output: tft.TFTransformOutput,
-               data: input_pipeline.TrainingData):
+               data: input_pipeline.TrainingData,
+               precision_kept_in: Optional[str] = None):
     super().__init__(name=settings.model)
     self._settings = settings
+    self._precision_kept_in = precision_kept_in
     self._space = space
     self._tf_transform_output = tf_transform_output
     self._data = data
@@ -119,7 +123,8 @@ class CtrHyperModel(keras_tuner.HyperModel):
   def batch_record(self) -> Dict[str, Any]:
     """The batch every trial trains at and why, for the tuning results
     (an `auto` batch is resolved here, from the training rows)."""
-    plan = plan_lib.resolve(self._settings, {}, self._data.train_examples)
+    plan = plan_lib.resolve(self._settings, {}, self._data.train_examples,
+                            self._precision_kept_in)
     return {"batch_size": plan.batch_size,
             "batch_size_reason": plan.batch_size_reason,
             "steps_per_epoch": plan.steps_per_epoch}
@@ -144,7 +149,8 @@ class CtrHyperModel(keras_tuner.HyperModel):
     values = json.dumps(hp.values, sort_keys=True)
     if self._trial_plan[0] != values:
       self._trial_plan = (values, plan_lib.resolve(
-          self._settings, hp.values, self._data.train_examples))
+          self._settings, hp.values, self._data.train_examples,
+          self._precision_kept_in))
     return self._trial_plan[1]
 
   def fit(self, hp, model, *args, callbacks=(), epochs=None,
@@ -193,7 +199,10 @@ def tuner_fn(fn_args) -> tfx.components.TunerFnResult:
   held = input_pipeline.hold_split(
       fn_args.train_files, tf_transform_output, settings.spec.label,
       settings.negative_sampling_rate)
-  untuned = plan_lib.resolve(settings, {}, held.train_examples)
+  # The pipeline's kept precision, as the Trainer's (trainer.run_fn).
+  kept_in = contract.pipeline_directory(fn_args.working_dir,
+                                        contract.PRECISION_DIR)
+  untuned = plan_lib.resolve(settings, {}, held.train_examples, kept_in)
   data = input_pipeline.training_data(
       fn_args.train_files, tf_transform_output, settings.spec.label,
       untuned.batch_size, seed=settings.seed,
@@ -203,7 +212,8 @@ def tuner_fn(fn_args) -> tfx.components.TunerFnResult:
                        source="custom_config tuning.search_space",
                        model_options=settings.model_options,
                        centers=untuned.hparams["base"])
-  hypermodel = CtrHyperModel(settings, space, tf_transform_output, data)
+  hypermodel = CtrHyperModel(settings, space, tf_transform_output, data,
+                             kept_in)
   tuner = make_tuner(tuning.tuner, hypermodel, tuning.trials,
                      settings.epochs,
                      os.path.join(fn_args.working_dir, "keras_tuner"))

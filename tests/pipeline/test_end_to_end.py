@@ -39,7 +39,6 @@ from pipeline.code_fingerprint import REPO_ROOT
 import run_parity
 from trainer_module import contract
 from trainer_module import features
-from trainer_module import trainer
 
 pytestmark = pytest.mark.slow
 
@@ -180,15 +179,15 @@ def test_console_shows_progress_and_the_headline_and_logs_the_rest(
   headline = [l for l in headline if l not in noise]
   record = _record(output)
   # The batch size the plan chose, and why (trainer_module/plan.py), and
-  # the precision --precision auto chose, kept beside the Trainer's outputs
-  # for the pipeline's later runs on this kind of machine.
+  # the precision --precision auto chose, kept under the pipeline root
+  # for its later runs (and Tuner trials) on this kind of machine.
   assert headline[2] == (
       f"trained:    batch {record['batch_size']} "
       f"({record['batch_size_reason']}), {record['rule']} scaling, in "
       f"{report_text.precision_text(record)}"), headline
   kept = record["precision"]
   assert kept["probed_now"] and os.path.dirname(kept["kept_at"]) == str(
-      output / "pipeline" / "Trainer" / trainer.PRECISION_DIR)
+      output / "pipeline" / contract.PRECISION_DIR)
   with open(kept["kept_at"], encoding="utf-8") as f:
     assert json.load(f)["chosen"] == kept["chosen"]
   headline = headline[:2] + headline[3:]

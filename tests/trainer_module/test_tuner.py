@@ -198,18 +198,19 @@ def test_every_tuner_builds_with_the_budget(tmp_path, name):
 
 def test_a_trial_resolves_its_plan_once(monkeypatch):
   """build and fit of one trial read one plan; the next trial's values get
-  their own (the plan is resolved once: trainer_module/plan.py)."""
+  their own (the plan is resolved once: trainer_module/plan.py), in the
+  pipeline's kept precision."""
   calls = []
   monkeypatch.setattr(plan_lib, "resolve",
-                      lambda settings, values, rows: calls.append(
-                          dict(values)) or object())
+                      lambda settings, values, rows, kept_in: calls.append(
+                          dict(values, kept_in=kept_in)) or object())
 
   class Rows:
     train_examples = 1000
 
   hypermodel = tuner.CtrHyperModel(
       TrainerSettings.from_custom_config({"dataset": "criteo"}),
-      tuner.search_space("criteo"), None, Rows())
+      tuner.search_space("criteo"), None, Rows(), "ROOT/precision")
   hp = keras_tuner.HyperParameters()
   hypermodel.declare_hyperparameters(hp)
   first = hypermodel._plan(hp)  # pylint: disable=protected-access
@@ -217,3 +218,4 @@ def test_a_trial_resolves_its_plan_once(monkeypatch):
   hp.values["dense_lr"] *= 2
   assert hypermodel._plan(hp) is not first  # pylint: disable=protected-access
   assert len(calls) == 2 and calls[1]["dense_lr"] == 2 * calls[0]["dense_lr"]
+  assert {call["kept_in"] for call in calls} == {"ROOT/precision"}

@@ -24,6 +24,7 @@ from components import tuner as tuner_component
 from pipeline import progress
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_pipeline
+from trainer_module import contract
 from trainer_module import features
 from trainer_module import hparams
 from trainer_module import scaling
@@ -336,6 +337,12 @@ def test_trainer_used_the_tuned_values_after_scaling(tuned_run):
   assert record["base"] == best
   assert record["scaled"] == scaling.scale_hparams("cowclip", best, 1024, 256)
   assert record["batch_size"] == 256
+  # The trials probed --precision auto and kept their choice; the Trainer
+  # trained in it.
+  kept = record["precision"]
+  assert not kept["probed_now"] and os.path.dirname(kept["kept_at"]) == (
+      os.path.join(tuned_run["config"].output, "pipeline",
+                   contract.PRECISION_DIR))
 
 
 @pytest.mark.slow
