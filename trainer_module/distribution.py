@@ -141,6 +141,23 @@ def is_chief(strategy_: tf.distribute.Strategy) -> bool:
                              index == 0)
 
 
+def chiefs_answer(strategy_: tf.distribute.Strategy, answer: bool) -> bool:
+  """The chief's `answer` on every worker of a multi-worker cluster, else
+  `answer`: what each worker measured alone (--precision auto's probe)
+  must not split the cluster. A collective: every worker calls it at the
+  same point (plan.resolve)."""
+  if tf_config_workers() < 2:
+    return answer
+  vote = float(answer and is_chief(strategy_))
+
+  @tf.function
+  def votes():
+    return strategy_.reduce(tf.distribute.ReduceOp.SUM, strategy_.run(
+        lambda: tf.constant(vote)), axis=None)
+
+  return bool(votes().numpy() > 0)
+
+
 def split_by_examples(dataset: tf.data.Dataset) -> tf.data.Dataset:
   """The dataset, split between workers by examples, not by files.
 

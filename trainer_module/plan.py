@@ -184,8 +184,14 @@ def resolve(settings: TrainerSettings, tuned: Mapping[str, Any],
   size, reason = batch_size(settings, train_examples,
                             strategy.num_replicas_in_sync)
   options = model_options(settings, tuned)
-  chosen, probe = precision_lib.resolve(options.precision,
-                                        precision_kept_in)
+  # In a cluster the chief alone keeps the choice, and its choice holds.
+  chief = distribution.is_chief(strategy)
+  chosen, probe = precision_lib.resolve(
+      options.precision, precision_kept_in if chief else None)
+  if options.precision == precision_lib.AUTO:
+    chosen = (precision_lib.MIXED_BFLOAT16 if distribution.chiefs_answer(
+        strategy, chosen == precision_lib.MIXED_BFLOAT16)
+              else precision_lib.FLOAT32)
   return TrainingPlan(
       settings=settings, train_examples=train_examples,
       batch_size=size, batch_size_reason=reason,

@@ -18,7 +18,9 @@ machine (`kept_in`: a folder beside its outputs, one file per
 machine_kind) and every later run of the pipeline on that kind of machine
 trains in it: a retrain, or two runs compared, differ in what they were
 asked to, not in a probe's luck. Another kind of machine probes afresh;
-delete the file to probe again.
+delete the file to probe again. In a multi-worker cluster the chief keeps
+the choice and every worker trains in the chief's
+(distribution.chiefs_answer).
 """
 
 import functools

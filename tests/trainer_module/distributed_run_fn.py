@@ -8,9 +8,12 @@ process):
   distributed_run_fn.py CUSTOM_CONFIG_JSON TRANSFORM_DIR EVAL_RECORDS OUT_DIR
       TRAIN_FILE...
       mirrored over 2 logical CPU devices
-  distributed_run_fn.py --worker I PORT0,PORT1 CUSTOM_CONFIG_JSON ...
+  distributed_run_fn.py --worker I PORT0,PORT1 [--probed-speedup S]
+      CUSTOM_CONFIG_JSON ...
       worker I of 2 on localhost (TF_CONFIG), multi-worker; each worker
-      writes under OUT_DIR/worker-I, the chief prints the results
+      writes under OUT_DIR/worker-I, the chief prints the results; with
+      --probed-speedup, --precision auto on a worker whose probe measures
+      bf16 at S times float32
 """
 
 import json
@@ -22,6 +25,7 @@ import tensorflow as tf
 
 from trainer_module import contract
 from trainer_module import distribution
+from trainer_module import precision
 from trainer_module import trainer
 
 
@@ -30,6 +34,15 @@ def main():
   worker = None
   if argv[0] == "--worker":
     worker, ports, argv = int(argv[1]), argv[2].split(","), argv[3:]
+    if argv[0] == "--probed-speedup":
+      speedup, argv = float(argv[1]), argv[2:]
+      precision.probe = lambda: {"float32_gflops": 100.0,
+                                 "bfloat16_gflops": 100.0 * speedup,
+                                 "bf16_speedup": speedup,
+                                 "probe_seconds": 0.0}
+      config = json.loads(argv[0])
+      config["model_options"]["precision"] = precision.AUTO
+      argv = [json.dumps(config), *argv[1:]]
     os.environ["TF_CONFIG"] = json.dumps({
         "cluster": {"worker": [f"localhost:{p}" for p in ports]},
         "task": {"type": "worker", "index": worker}})

@@ -218,10 +218,15 @@ def test_multi_worker_run_fn_serves_the_one_device_predictions(inputs, seed_3,
                                                               tmp_path):
   """run_fn on two worker processes on localhost (TF_CONFIG, one CPU
   each): the chief exports the one-device model's predictions, the other
-  worker trains alongside and writes no model."""
+  worker trains alongside and writes no model. With --precision auto the
+  workers' probes disagree (float32 on the chief, bf16 on the other): the
+  chief's choice holds on both, or the other's bf16 gradients would move
+  the predictions."""
   script, args = _distributed(inputs, tmp_path)
   ports = ",".join(str(p) for p in script_output.free_ports(2))
-  other = script_output.start(script, "--worker", "1", ports, *args)
-  chief = script_output.json_of(script, "--worker", "0", ports, *args)
+  other = script_output.start(script, "--worker", "1", ports,
+                              "--probed-speedup", "2.0", *args)
+  chief = script_output.json_of(script, "--worker", "0", ports,
+                                "--probed-speedup", "0.5", *args)
   assert script_output.finish(other) == {"serving_files": []}
   _assert_serves_the_one_device_predictions(chief, seed_3)
