@@ -77,9 +77,10 @@ def bucket_sums(labels: np.ndarray, values: np.ndarray
   sums = []
   for low, high in BUCKETS:
     chosen = order[low - 1:high]
-    n = counts[chosen[counts[chosen] >= MIN_COUNT]].astype(float)
-    p = clicks[chosen[counts[chosen] >= MIN_COUNT]] / np.maximum(n, 1)
-    deviation = (p - rate)**2 - p * (1 - p) / np.maximum(n - 1, 1)
+    chosen = chosen[counts[chosen] >= MIN_COUNT]
+    n = counts[chosen].astype(float)
+    p = clicks[chosen] / n
+    deviation = (p - rate)**2 - p * (1 - p) / (n - 1)
     sums.append((float(np.sum(n * deviation)), float(np.sum(n))))
   return sums
 
