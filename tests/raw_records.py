@@ -24,6 +24,8 @@ class TransformOutput:
 
   def __init__(self, names: Sequence[str] = ("row",)):
     self._names = tuple(names)
+    # Where a real one's graph is: a held split's kept inputs name it.
+    self.transform_savedmodel_dir = "transform_fn"
 
   def raw_feature_spec(self) -> Dict[str, tf.io.FixedLenFeature]:
     return {name: tf.io.FixedLenFeature([], tf.int64)

@@ -1,10 +1,12 @@
 """A part of the train split held in memory: parsed and transformed once,
-then every epoch's batches gathered from its columns (InMemoryPart), and
-whether a part fits the memory budget (memory_fits).
+then every epoch's batches gathered from its columns (InMemoryPart);
+whether a part fits the memory budget (memory_fits); and a part kept on
+disk between processes (save_part, read_part).
 """
 
 import dataclasses
-from typing import Any, Optional, Tuple
+import os
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -86,6 +88,51 @@ class InMemoryPart:
         tf.data.AUTOTUNE)
 
 
+@dataclasses.dataclass(frozen=True)
+class PartLayout:
+  """How an InMemoryPart holds the batches of a dataset: what part_layout
+  derives from the dataset's element_spec alone, so a part kept on disk
+  (save_part) is read back without reading the dataset (read_part).
+
+  Attributes:
+    structure: InMemoryPart.structure.
+    slots: InMemoryPart.slots.
+    blocks: per block, its dtype and the shape of one of its rows.
+  """
+  structure: Any
+  slots: Tuple[Tuple[int, Optional[int]], ...]
+  blocks: Tuple[Tuple[Any, Tuple[int, ...]], ...]
+
+
+def part_layout(element_spec: Any) -> PartLayout:
+  """The single-valued columns of one dtype side by side in one block (in
+  the order the dtypes first appear), then a block for each column of
+  several values, in tf.nest order."""
+  specs = tf.nest.flatten(element_spec)
+  for spec in specs:
+    if spec.shape.rank is None or not spec.shape[1:].is_fully_defined():
+      raise ValueError(f"a column of shape {spec.shape} has no fixed "
+                       "length: it cannot be held in memory")
+  by_dtype = {}
+  for spec in specs:
+    if spec.shape.rank == 1:
+      by_dtype.setdefault(spec.dtype.as_numpy_dtype, len(by_dtype))
+  widths, slots, wide = [0] * len(by_dtype), [], []
+  for spec in specs:
+    if spec.shape.rank == 1:
+      block = by_dtype[spec.dtype.as_numpy_dtype]
+      slots.append((block, widths[block]))
+      widths[block] += 1
+    else:
+      slots.append((len(by_dtype) + len(wide), None))
+      wide.append((spec.dtype.as_numpy_dtype, tuple(spec.shape[1:])))
+  return PartLayout(
+      structure=tf.nest.map_structure(lambda _: 0, element_spec),
+      slots=tuple(slots),
+      blocks=tuple((dtype, (width,)) for dtype, width
+                   in zip(by_dtype, widths)) + tuple(wide))
+
+
 def load_in_memory(dataset: tf.data.Dataset, rows: int) -> InMemoryPart:
   """The `rows` examples of an unshuffled make_dataset, in InMemoryPart's
   blocks.
@@ -98,42 +145,59 @@ def load_in_memory(dataset: tf.data.Dataset, rows: int) -> InMemoryPart:
     ValueError: the dataset does not hold `rows` examples (the counting
       pass and this one disagree).
   """
-  structure, arrays, slots, filled = None, [], [], 0
+  layout = part_layout(dataset.element_spec)
+  arrays = [np.empty((rows, *shape), dtype) for dtype, shape in layout.blocks]
+  filled = 0
   for batch in dataset:
     values = tf.nest.flatten(batch)
     size = int(values[0].shape[0])
     if filled + size > rows:
       break
-    if structure is None:
-      structure = tf.nest.map_structure(lambda _: 0, batch)
-      by_dtype = {}
-      for value in values:
-        dtype = value.dtype.as_numpy_dtype
-        if value.shape.rank == 1:
-          by_dtype.setdefault(dtype, len(by_dtype))
-      widths = [0] * len(by_dtype)
-      for value in values:
-        if value.shape.rank == 1:
-          block = by_dtype[value.dtype.as_numpy_dtype]
-          slots.append((block, widths[block]))
-          widths[block] += 1
-        else:
-          slots.append((len(by_dtype) + len(arrays), None))
-          arrays.append(np.empty((rows, *value.shape[1:]),
-                                 value.dtype.as_numpy_dtype))
-      arrays = [np.empty((rows, width), dtype) for dtype, width in
-                zip(by_dtype, widths)] + arrays
-    for (block, column), value in zip(slots, values):
+    for (block, column), value in zip(layout.slots, values):
       target = arrays[block] if column is None else arrays[block][:, column]
       target[filled:filled + size] = value.numpy()
     filled += size
   if filled != rows:
     raise ValueError(f"the input holds {filled}+ examples where the counting "
                      f"pass found {rows}")
+  return InMemoryPart(layout.structure, _tensors(arrays), layout.slots, rows)
+
+
+def _tensors(arrays: List[np.ndarray]) -> Tuple[tf.Tensor, ...]:
+  """The arrays as tensors, each array let go once copied: the peak is
+  the arrays plus the largest one, not twice them all."""
   blocks = []
   while arrays:
     blocks.append(tf.convert_to_tensor(arrays.pop(0)))
-  return InMemoryPart(structure, tuple(blocks), tuple(slots), rows)
+  return tuple(blocks)
+
+
+def save_part(part: InMemoryPart, directory: str) -> None:
+  """Writes the part's blocks to `directory`, one .npy file each."""
+  os.makedirs(directory, exist_ok=True)
+  for index, block in enumerate(part.blocks):
+    np.save(os.path.join(directory, f"block_{index}.npy"), block.numpy(),
+            allow_pickle=False)
+
+
+def read_part(directory: str, element_spec: Any, rows: int) -> InMemoryPart:
+  """The part save_part wrote to `directory`, for batches of
+  `element_spec` (the dataset it was loaded from).
+
+  Raises:
+    ValueError: the files do not hold `rows` rows of that layout.
+  """
+  layout = part_layout(element_spec)
+  arrays = []
+  for index, (dtype, shape) in enumerate(layout.blocks):
+    array = np.load(os.path.join(directory, f"block_{index}.npy"),
+                    allow_pickle=False)
+    if array.dtype != dtype or array.shape != (rows, *shape):
+      raise ValueError(
+          f"{directory}: block {index} holds {array.dtype}{array.shape} "
+          f"where the data's layout has {np.dtype(dtype)}{(rows, *shape)}")
+    arrays.append(array)
+  return InMemoryPart(layout.structure, _tensors(arrays), layout.slots, rows)
 
 
 def transformed_row_bytes(tf_transform_output: tft.TFTransformOutput,

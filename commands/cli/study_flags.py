@@ -23,7 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
   shares."""
   parser.set_defaults(handler="commands.experiments.study.main")
   flags.add_input_arguments(parser, "DIR for the pipeline, the exported runs, "
-                            "the log and, without --results, study.csv/md, "
+                            "the log, the parsed training rows (read again "
+                            "by the next study of the same data), and, "
+                            "without --results, study.csv/md, "
                             "the figures and the baseline (re-use it to "
                             "resume)")
   parser.add_argument(

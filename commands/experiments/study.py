@@ -35,7 +35,8 @@ most rules leave every hyperparameter as it is) reuses that run's row
 instead of training again. A run is known by model, rule, clipping, batch
 size and seed only, so other base hyperparameters, epochs or model options
 need a new DIR. DIR/study.md (tables) and PNG figures are rewritten from
-the whole CSV after every run.
+the whole CSV after every run. The train split, parsed once, is kept in
+DIR for the next study command of the same data.
 """
 
 import argparse
@@ -72,6 +73,10 @@ from trainer_module import serving
 from trainer_module import trainer
 from trainer_module import training
 
+# Under the study's DIR: the train split as parsed and held in memory
+# (input_pipeline.hold_split), kept for the next study command of the same
+# data (the paper-regime queue runs one run per command).
+HELD_SPLIT_DIR = "held_split"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,7 +150,8 @@ def results_dir(config: PipelineConfig, results: Optional[str]) -> str:
   """Where the study keeps what must outlive the machine (study.csv and
   study.md, the figures, study_settings.json, the baseline): `results`
   (e.g. a folder under docs/, committed as runs finish), else the study
-  DIR. The DIR keeps the pipeline, the exported runs and the logs."""
+  DIR. The DIR keeps the pipeline, the exported runs, the logs and the
+  held split (HELD_SPLIT_DIR)."""
   return results or config.output
 
 
@@ -463,7 +469,8 @@ def run_study(config: PipelineConfig, runs: Sequence[StudyRun],
   study_provenance.check_fingerprints(rows, csv_path, fingerprint)
   held = input_pipeline.hold_split(
       train_files, tf_transform_output, config.spec.label,
-      config.trainer.negative_sampling_rate)
+      config.trainer.negative_sampling_rate,
+      keep_in=os.path.join(config.output, HELD_SPLIT_DIR))
   baseline, baseline_validation = train_baseline(
       config, train_files, tf_transform_output, held, results, fingerprint)
   setup = StudySetup(

@@ -168,3 +168,102 @@ def test_in_memory_part_keeps_every_column_of_every_dtype_and_shape():
     np.testing.assert_array_equal(got[name].numpy(), want)
     assert got[name].dtype == tf.as_dtype(want.dtype)
   np.testing.assert_array_equal(got_labels.numpy(), labels)
+
+
+def _same_split(got, want):
+  """Two HeldSplits with the same counts and the same parts, block by
+  block."""
+  assert [getattr(got, n) for n in input_pipeline._HELD_COUNTS] == [
+      getattr(want, n) for n in input_pipeline._HELD_COUNTS]
+  for got_part, want_part in ((got.in_memory, want.in_memory),
+                              (got.validation_in_memory,
+                               want.validation_in_memory)):
+    assert (got_part is None) == (want_part is None)
+    if want_part is not None:
+      assert got_part.rows == want_part.rows
+      assert got_part.slots == want_part.slots
+      assert got_part.structure == want_part.structure
+      for got_block, want_block in zip(got_part.blocks, want_part.blocks,
+                                       strict=True):
+        assert got_block.dtype == want_block.dtype
+        np.testing.assert_array_equal(got_block.numpy(), want_block.numpy())
+
+
+def _no_reading(monkeypatch):
+  """Counting or loading the files fails from here on."""
+  def read(*args, **kwargs):
+    raise AssertionError("the files were read")
+  monkeypatch.setattr(input_pipeline, "split_stats", read)
+  monkeypatch.setattr(in_memory, "load_in_memory", read)
+
+
+def test_a_kept_split_is_read_back_without_reading_the_files(
+    tmp_path, monkeypatch):
+  labels = (np.random.default_rng(6).random(3000) < 0.2).astype(np.float32)
+  _, files = _write(tmp_path, labels)
+  kept = str(tmp_path / "held")
+  want = input_pipeline.hold_split(files, _TRANSFORM, "click", 0.5,
+                                   keep_in=kept)
+  assert want.in_memory is not None and want.validation_in_memory is not None
+  _no_reading(monkeypatch)
+  got = input_pipeline.hold_split(files, _TRANSFORM, "click", 0.5,
+                                  keep_in=kept)
+  _same_split(got, want)
+  # The epochs trained from it are the same batches.
+  for a, b in zip(got.in_memory.batches(100, shuffle=True, seed=1),
+                  want.in_memory.batches(100, shuffle=True, seed=1)):
+    tf.nest.map_structure(np.testing.assert_array_equal, a, b)
+  # Another sampling rate is other data: the files are read again.
+  with pytest.raises(AssertionError, match="files were read"):
+    input_pipeline.hold_split(files, _TRANSFORM, "click", 1.0, keep_in=kept)
+
+
+def test_a_changed_file_or_another_machine_reads_the_files_again(
+    tmp_path, monkeypatch):
+  labels = (np.random.default_rng(7).random(2000) < 0.2).astype(np.float32)
+  records, files = _write(tmp_path, labels)
+  kept = str(tmp_path / "held")
+  input_pipeline.hold_split(files, _TRANSFORM, "click", keep_in=kept)
+  with tf.io.TFRecordWriter(str(tmp_path / "train-1.gz"),
+                            options="GZIP") as writer:
+    for record in records[1::2][:-1]:  # One record fewer.
+      writer.write(record)
+  shorter = input_pipeline.hold_split(files, _TRANSFORM, "click",
+                                      keep_in=kept)
+  assert shorter.train_examples + shorter.validation_examples == len(
+      records) - 1
+  # A machine too small to hold the training part: the kept one, with it
+  # held, is not this machine's split.
+  row_bytes = in_memory.transformed_row_bytes(_TRANSFORM, False)
+  memory = types.SimpleNamespace(
+      total=int(2 * shorter.validation_examples * row_bytes /
+                in_memory.MEMORY_SHARE))
+  monkeypatch.setattr(input_pipeline.psutil, "virtual_memory", lambda: memory)
+  _no_reading(monkeypatch)
+  with pytest.raises(AssertionError, match="files were read"):
+    input_pipeline.hold_split(files, _TRANSFORM, "click", keep_in=kept)
+
+
+def test_a_split_that_cannot_be_kept_is_a_warning(tmp_path, caplog):
+  labels = (np.random.default_rng(8).random(1000) < 0.2).astype(np.float32)
+  _, files = _write(tmp_path, labels)
+  blocked = tmp_path / "a_file"
+  blocked.write_text("")
+  held = input_pipeline.hold_split(files, _TRANSFORM, "click",
+                                   keep_in=str(blocked / "held"))
+  assert held.in_memory is not None
+  assert "could not keep the held split" in caplog.text
+  assert not (tmp_path / "a_file" / "held.partial").exists()
+
+
+def test_a_kept_part_of_another_layout_is_refused(tmp_path):
+  rows = 12
+  dataset = tf.data.Dataset.from_tensor_slices(
+      ({"id": np.arange(rows)}, np.zeros(rows, np.float32))).batch(5)
+  part = in_memory.load_in_memory(dataset, rows)
+  in_memory.save_part(part, str(tmp_path))
+  again = in_memory.read_part(str(tmp_path), dataset.element_spec, rows)
+  for got, want in zip(again.blocks, part.blocks, strict=True):
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+  with pytest.raises(ValueError, match="block 0 holds int64"):
+    in_memory.read_part(str(tmp_path), dataset.element_spec, rows + 1)

@@ -426,7 +426,8 @@ def test_a_run_past_its_best_epoch_is_also_evaluated_at_its_last(
   evaluated beside it (last_* columns), its bias refitted the same way.
   Stopped by Ctrl-C after its first epoch, the study's re-run resumes the
   run after that epoch (its backup under the run's directory, removed once
-  the row is written)."""
+  the row is written), from the train split the stopped command kept.
+  """
   stop_at = [1]
 
   def stopping():
@@ -449,6 +450,10 @@ def test_a_run_past_its_best_epoch_is_also_evaluated_at_its_last(
       "deepfm-none-noclip-b256-s7")
   assert cli.main(argv) == 130
   assert not (results / "study.csv").exists()
+  # The parsed train split is kept in DIR, and the re-run reads it back
+  # (a failed read would write it again).
+  kept = work / "pipeline" / study.HELD_SPLIT_DIR / "held.json"
+  kept_at = kept.stat().st_mtime_ns
   (state,) = (run_dir / "backup").glob("*/*/fit_state.json")
   held = json.loads(state.read_text())
   assert held["epoch"] == 1 and held["seconds"] > 0
@@ -457,6 +462,7 @@ def test_a_run_past_its_best_epoch_is_also_evaluated_at_its_last(
   state.write_text(json.dumps({**held, "seconds": 1000.0}))
   assert cli.main(argv) == 0
   assert any("after its epoch 1" in r.getMessage() for r in caplog.records)
+  assert kept.stat().st_mtime_ns == kept_at
   assert not (run_dir / "backup").exists()
   (row,) = study_results.read_rows(str(results / "study.csv"))
   # As without the stop: early stopping's state, restored from the backup,
