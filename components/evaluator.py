@@ -86,6 +86,33 @@ def read_features(eval_config: tfma.EvalConfig,
   return sorted(f.name for f in schema.feature if f.name in wanted)
 
 
+def evaluate_examples(pipeline: beam.Pipeline, eval_shared_model,
+                      eval_config: tfma.EvalConfig, patterns: List[str],
+                      schema: schema_pb2.Schema, output_path: str) -> None:
+  """Adds to `pipeline` TFMA's evaluation of the examples in `patterns`,
+  its results written to output_path: read in batches of EVAL_BATCH_SIZE
+  by TensorFlow, only the labels and slicing features decoded
+  (read_features), the metrics computed in batches (batched_evaluation).
+  eval_config must be completed (tfma.utils.update_eval_config_with_defaults).
+  """
+  reader = tf_example_reader.TensorFlowExampleRecord(
+      file_pattern=patterns, schema=schema,
+      raw_record_column_name=tfma.ARROW_INPUT_COLUMN,
+      telemetry_descriptors=["Evaluator"]).Project(
+          read_features(eval_config, schema))
+  tensor_adapter_config = tensor_adapter.TensorAdapterConfig(
+      arrow_schema=reader.ArrowSchema(),
+      tensor_representations=reader.TensorRepresentations())
+  _ = (pipeline | "ReadEvalSplits" >> reader.BeamSource(EVAL_BATCH_SIZE)
+       | "ExtractEvaluateAndWriteResults" >>
+       tfma.ExtractEvaluateAndWriteResults(
+           eval_shared_model=eval_shared_model, eval_config=eval_config,
+           output_path=output_path,
+           tensor_adapter_config=tensor_adapter_config,
+           **batched_evaluation(eval_shared_model, eval_config,
+                                tensor_adapter_config)))
+
+
 class EvaluatorExecutor(base_beam_executor.BaseBeamExecutor):
   """TFMA on the eval split, metrics in batches; blesses per the gate."""
 
@@ -125,23 +152,9 @@ class EvaluatorExecutor(base_beam_executor.BaseBeamExecutor):
         artifact_utils.get_single_uri(input_dict[specs.SCHEMA_KEY])))
     patterns = [io_utils.all_files_pattern(uri) for split in splits
                 for uri in artifact_utils.get_split_uris(examples, split)]
-    reader = tf_example_reader.TensorFlowExampleRecord(
-        file_pattern=patterns, schema=schema,
-        raw_record_column_name=tfma.ARROW_INPUT_COLUMN,
-        telemetry_descriptors=["Evaluator"]).Project(
-            read_features(eval_config, schema))
-    tensor_adapter_config = tensor_adapter.TensorAdapterConfig(
-        arrow_schema=reader.ArrowSchema(),
-        tensor_representations=reader.TensorRepresentations())
     with self._make_beam_pipeline() as pipeline:
-      _ = (pipeline | "ReadEvalSplits" >> reader.BeamSource(EVAL_BATCH_SIZE)
-           | "ExtractEvaluateAndWriteResults" >>
-           tfma.ExtractEvaluateAndWriteResults(
-               eval_shared_model=eval_shared_model, eval_config=eval_config,
-               output_path=output_uri,
-               tensor_adapter_config=tensor_adapter_config,
-               **batched_evaluation(eval_shared_model, eval_config,
-                                    tensor_adapter_config)))
+      evaluate_examples(pipeline, eval_shared_model, eval_config, patterns,
+                        schema, output_uri)
     logging.info("Evaluation complete. Results written to %s.", output_uri)
     if not tfma.metrics.metric_thresholds_from_metrics_specs(
         eval_config.metrics_specs, eval_config=eval_config):

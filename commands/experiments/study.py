@@ -250,7 +250,8 @@ def evaluate(serving_dir: str, tfma_dir: str, config: PipelineConfig,
   return study_evaluation.metrics_row(study_evaluation.tfma_metrics(
       serving_dir, study_evaluation.study_eval_config(config),
       study_data.split_pattern(setup.inputs.raw_examples, "eval"),
-      tfma_dir, config.runner.beam_args), config.trainer.served_replicas)
+      setup.tf_transform_output.raw_metadata.schema, tfma_dir,
+      config.runner.beam_args), config.trainer.served_replicas)
 
 
 def run_directory(run: StudyRun, setup: StudySetup) -> str:

@@ -1,5 +1,5 @@
 """How the study evaluates a trained model: TFMA, as the Evaluator does
-(metrics in batches, components.evaluator).
+(its reader and metrics in batches: components.evaluator).
 
 The Evaluator's EvalConfig without the change thresholds (there is no
 baseline), on the RAW eval examples, overall and by id-frequency bucket;
@@ -9,10 +9,12 @@ metrics_row turns TFMA's slices into the study.csv columns.
 import math
 from typing import Dict, Mapping, Sequence
 
+import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
+from tensorflow_metadata.proto.v0 import schema_pb2
 import tensorflow_model_analysis as tfma
 
-from components.evaluator import batched_evaluation
+from components.evaluator import evaluate_examples
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_eval_config
 from trainer_module import contract
@@ -59,20 +61,20 @@ def _slice_name(slice_key) -> str:
 
 
 def tfma_metrics(serving_dir: str, eval_config: tfma.EvalConfig,
-                 eval_pattern: str, output_path: str,
-                 beam_args: Sequence[str]) -> Dict[str, Dict[str, float]]:
-  """{slice name: {metric: value}} of one exported model, as the Evaluator
-  computes them ('' is the overall slice)."""
+                 eval_pattern: str, schema: schema_pb2.Schema,
+                 output_path: str, beam_args: Sequence[str]
+                ) -> Dict[str, Dict[str, float]]:
+  """{slice name: {metric: value}} of one exported model on the raw
+  examples of eval_pattern (`schema`: their raw schema), read and computed
+  as the Evaluator does ('' is the overall slice)."""
   eval_config = tfma.utils.update_eval_config_with_defaults(eval_config)
   model = tfma.default_eval_shared_model(eval_saved_model_path=serving_dir,
                                          eval_config=eval_config)
-  result = tfma.run_model_analysis(
-      eval_shared_model=model, eval_config=eval_config,
-      data_location=eval_pattern, file_format="tfrecords",
-      output_path=output_path,
-      pipeline_options=PipelineOptions(list(beam_args)),
-      **batched_evaluation(model, eval_config))
-  slices = model_metrics_by_slice(result.slicing_metrics)
+  with beam.Pipeline(options=PipelineOptions(list(beam_args))) as pipeline:
+    evaluate_examples(pipeline, model, eval_config, [eval_pattern], schema,
+                      output_path)
+  slices = model_metrics_by_slice(
+      tfma.load_eval_result(output_path).slicing_metrics)
   if "" not in slices:
     raise LookupError(f"TFMA wrote no overall slice to {output_path}")
   return slices

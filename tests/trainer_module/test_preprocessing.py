@@ -343,7 +343,7 @@ def test_study_evaluation_of_replicas_reports_their_pd(criteo_run, tmp_path):
   """The study's TFMA evaluation of a replica export (the Evaluator's
   metrics): its replica_pd column is the PD of the served replica outputs
   (contract.prediction_difference, NumPy), its AUCs are the outputs'."""
-  spec, rows, _, _ = criteo_run
+  spec, rows, _, output = criteo_run
   export_dir = str(tmp_path / "serving")
   outputs = _served_replicas(criteo_run, export_dir)
   eval_file = str(tmp_path / "eval" / "examples.tfrecord")
@@ -355,7 +355,7 @@ def test_study_evaluation_of_replicas_reports_their_pd(criteo_run, tmp_path):
                           output=str(tmp_path), replicas=2, min_slice_size=1)
   row = study_evaluation.metrics_row(study_evaluation.tfma_metrics(
       export_dir, study_evaluation.study_eval_config(config), eval_file,
-      str(tmp_path / "tfma"), []), replicas=2)
+      output.raw_metadata.schema, str(tmp_path / "tfma"), []), replicas=2)
   first, second = (outputs[contract.replica_output(i)].ravel()
                    for i in (0, 1))
   assert row["replica_pd"] == pytest.approx(
