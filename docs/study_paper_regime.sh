@@ -192,6 +192,11 @@ for rule in cowclip sqrt none; do
   main_run $rule 65536
 done
 main_run cowclip 65536 --ablation
+# At 64x, paired on the eval rows: does the clip start to matter (the
+# paper's Table 6 has it deciding at 128K), and does `sqrt` still lead?
+pair deepfm-cowclip-clip-b65536-s1 deepfm-cowclip-noclip-b65536-s1
+pair deepfm-sqrt-noclip-b65536-s1 deepfm-cowclip-clip-b65536-s1
+pair deepfm-cowclip-clip-b65536-s1 deepfm-none-noclip-b65536-s1
 
 # 3. Rare ids' share of the click signal as real rows argue it (docs/study.md,
 #    "The click signal by id frequency, measured"): in 9,999 real train.txt
