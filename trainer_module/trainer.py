@@ -37,6 +37,7 @@ from trainer_module import plan as plan_lib
 from trainer_module import preprocessing
 from trainer_module import served_model
 from trainer_module import training
+from trainer_module.kept_split import HELD_SPLIT_DIR
 from trainer_module.input_pipeline import hold_split
 from trainer_module.input_pipeline import release_memory
 from trainer_module.input_pipeline import TrainingData
@@ -457,11 +458,18 @@ def run_fn(fn_args) -> None:
   settings = TrainerSettings.from_custom_config(fn_args.custom_config)
   # First: a multi-worker strategy (and a CPU split) must exist before
   # anything initialises TensorFlow's runtime.
-  distribution.strategy(settings.distribution, settings.cpu_devices)
+  strategy = distribution.strategy(settings.distribution,
+                                   settings.cpu_devices)
   tf_transform_output = tft.TFTransformOutput(fn_args.transform_output)
   tuned = (fn_args.hyperparameters or {}).get("values", {})
+  backups = backup_root(fn_args, tuned)
+  # Kept with the backups, so that a Trainer resumed after a kill does not
+  # read the split again; by the chief alone (one writer), and gone with
+  # the backups when the Trainer is done.
   held = hold_split(fn_args.train_files, tf_transform_output,
-                    settings.spec.label, settings.negative_sampling_rate)
+                    settings.spec.label, settings.negative_sampling_rate,
+                    keep_in=os.path.join(backups, HELD_SPLIT_DIR)
+                    if distribution.is_chief(strategy) else None)
   plan = plan_lib.resolve(
       settings, tuned, held.train_examples, precision_kept_in=
       contract.pipeline_directory(fn_args.model_run_dir,
@@ -477,7 +485,6 @@ def run_fn(fn_args) -> None:
                        settings.spec.label, plan.batch_size, seed=settings.seed,
                        negative_sampling_rate=settings.negative_sampling_rate,
                        held=held)
-  backups = backup_root(fn_args, tuned)
   # The served model TFX hands over (base_model: pipeline.WARM_START_ID),
   # if it is one and a warm start is asked for.
   served = getattr(fn_args, "base_model", None)

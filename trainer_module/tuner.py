@@ -32,6 +32,7 @@ from tfx import v1 as tfx
 
 from trainer_module import contract
 from trainer_module import input_pipeline
+from trainer_module import kept_split
 from trainer_module import model_building
 from trainer_module import plan as plan_lib
 from trainer_module import trainer
@@ -196,9 +197,13 @@ def tuner_fn(fn_args) -> tfx.components.TunerFnResult:
   settings = TrainerSettings.from_custom_config(fn_args.custom_config)
   tuning = TuningSettings.from_custom_config(fn_args.custom_config)
   tf_transform_output = tft.TFTransformOutput(fn_args.transform_graph_path)
+  # Kept in the search's directory, given again to a search resumed after
+  # a kill, and removed with it when the search is done (components.tuner).
   held = input_pipeline.hold_split(
       fn_args.train_files, tf_transform_output, settings.spec.label,
-      settings.negative_sampling_rate)
+      settings.negative_sampling_rate,
+      keep_in=os.path.join(fn_args.working_dir,
+                           kept_split.HELD_SPLIT_DIR))
   # The pipeline's kept precision, as the Trainer's (trainer.run_fn).
   kept_in = contract.pipeline_directory(fn_args.working_dir,
                                         contract.PRECISION_DIR)

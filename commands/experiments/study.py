@@ -65,6 +65,7 @@ from pipeline.config import PipelineConfig
 from trainer_module import callbacks as callbacks_lib
 from trainer_module import contract
 from trainer_module import input_pipeline
+from trainer_module import kept_split
 from trainer_module import plan as plan_lib
 from trainer_module import models
 from trainer_module import scaling
@@ -72,11 +73,6 @@ from trainer_module import served_model
 from trainer_module import serving
 from trainer_module import trainer
 from trainer_module import training
-
-# Under the study's DIR: the train split as parsed and held in memory
-# (input_pipeline.hold_split), kept for the next study command of the same
-# data (the paper-regime queue runs one run per command).
-HELD_SPLIT_DIR = "held_split"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,7 +147,7 @@ def results_dir(config: PipelineConfig, results: Optional[str]) -> str:
   study.md, the figures, study_settings.json, the baseline): `results`
   (e.g. a folder under docs/, committed as runs finish), else the study
   DIR. The DIR keeps the pipeline, the exported runs, the logs and the
-  held split (HELD_SPLIT_DIR)."""
+  held split (kept_split.HELD_SPLIT_DIR)."""
   return results or config.output
 
 
@@ -471,7 +467,7 @@ def run_study(config: PipelineConfig, runs: Sequence[StudyRun],
   held = input_pipeline.hold_split(
       train_files, tf_transform_output, config.spec.label,
       config.trainer.negative_sampling_rate,
-      keep_in=os.path.join(config.output, HELD_SPLIT_DIR))
+      keep_in=os.path.join(config.output, kept_split.HELD_SPLIT_DIR))
   baseline, baseline_validation = train_baseline(
       config, train_files, tf_transform_output, held, results, fingerprint)
   setup = StudySetup(

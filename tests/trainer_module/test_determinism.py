@@ -21,6 +21,7 @@ from conftest import split_records
 import script_output
 from trainer_module import contract
 from trainer_module import input_pipeline
+from trainer_module import kept_split
 from trainer_module import trainer
 from trainer_module import tuner
 from trainer_module.settings import ModelOptions
@@ -123,8 +124,9 @@ def test_a_killed_trainer_resumes_after_its_last_epoch_and_serves_the_same(
   """run_fn killed by SIGKILL after epoch 1 of 2 (its own process: what a
   preempted node does), then run again as the next Trainer execution (new
   output directories, the same pipeline root): it continues from its
-  backup (weights, optimizer, early stopping, data order) at epoch 2 and
-  serves what an uninterrupted run serves, to 1e-6 (issue #45)."""
+  backup (weights, optimizer, early stopping, data order, the held train
+  split) at epoch 2 and serves what an uninterrupted run serves, to 1e-6
+  (issue #45)."""
   whole = seed_3
   files, output, _ = inputs
   killed = subprocess.run(
@@ -138,7 +140,19 @@ def test_a_killed_trainer_resumes_after_its_last_epoch_and_serves_the_same(
   (state,) = (tmp_path / "root" / trainer.BACKUP_DIR).glob(
       f"*/{contract.replica_output(0)}/fit_state.json")
   assert json.loads(state.read_text())["epoch"] == 1
-  resumed = _served(inputs, 3, str(tmp_path / "root" / "resumed"))
+  # The held split was kept with the backups, and the resumed Trainer
+  # reads it back instead of the files.
+  (held,) = (tmp_path / "root" / trainer.BACKUP_DIR).glob(
+      f"*/{kept_split.HELD_SPLIT_DIR}/held.json")
+  assert sorted(json.loads(held.read_text())["parts"]) == ["train",
+                                                           "validation"]
+
+  def unread(*args, **kwargs):
+    raise AssertionError("the resumed Trainer read the train files")
+
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(input_pipeline, "split_stats", unread)
+    resumed = _served(inputs, 3, str(tmp_path / "root" / "resumed"))
   for name in (contract.PREDICTION_KEY, contract.LR_OUTPUT):
     np.testing.assert_allclose(resumed[name], whole[name], rtol=0, atol=1e-6,
                                err_msg=name)
@@ -178,6 +192,30 @@ def test_seeded_tuner_trials_start_from_the_same_model(inputs):
   assert len(first) == len(second) > 0
   for a, b in zip(first, second):
     np.testing.assert_array_equal(a, b)
+
+
+def test_a_resumed_tuner_reads_the_held_split_it_kept(inputs, tmp_path):
+  """tuner_fn keeps the held split in the search's directory (given again
+  to a search resumed after a kill): the next tuner_fn reads it back, not
+  the train files."""
+  files, output, _ = inputs
+  fn_args = types.SimpleNamespace(
+      custom_config={**_custom_config(3), "tuning": {"trials": 1}},
+      transform_graph_path=output, train_files=files,
+      working_dir=str(tmp_path / "root" / "Tuner" / "search" / "key"))
+  first = tuner.tuner_fn(fn_args)
+  held = (tmp_path / "root" / "Tuner" / "search" / "key" /
+          kept_split.HELD_SPLIT_DIR / "held.json")
+  assert held.exists()
+
+  def unread(*args, **kwargs):
+    raise AssertionError("the resumed Tuner read the train files")
+
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(input_pipeline, "split_stats", unread)
+    resumed = tuner.tuner_fn(fn_args)
+  assert (resumed.tuner.hypermodel.batch_record() ==
+          first.tuner.hypermodel.batch_record())
 
 
 def _distributed(inputs, tmp_path, *worker):

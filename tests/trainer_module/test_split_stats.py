@@ -11,6 +11,7 @@ import tensorflow as tf
 import raw_records
 from trainer_module import in_memory
 from trainer_module import input_pipeline
+from trainer_module import kept_split
 
 # What the input pipeline reads of a Transform output.
 _TRANSFORM = raw_records.TransformOutput()
@@ -173,8 +174,8 @@ def test_in_memory_part_keeps_every_column_of_every_dtype_and_shape():
 def _same_split(got, want):
   """Two HeldSplits with the same counts and the same parts, block by
   block."""
-  assert [getattr(got, n) for n in input_pipeline._HELD_COUNTS] == [
-      getattr(want, n) for n in input_pipeline._HELD_COUNTS]
+  assert [getattr(got, n) for n in kept_split.COUNTS] == [
+      getattr(want, n) for n in kept_split.COUNTS]
   for got_part, want_part in ((got.in_memory, want.in_memory),
                               (got.validation_in_memory,
                                want.validation_in_memory)):

@@ -20,6 +20,7 @@ from conftest import STUDY_MIN_FREQUENCY
 from pipeline.config import PipelineConfig
 from pipeline.pipeline import create_eval_config
 from trainer_module import callbacks as callbacks_lib
+from trainer_module import kept_split
 from trainer_module import paired_statistics
 from trainer_module import trainer
 
@@ -452,7 +453,7 @@ def test_a_run_past_its_best_epoch_is_also_evaluated_at_its_last(
   assert not (results / "study.csv").exists()
   # The parsed train split is kept in DIR, and the re-run reads it back
   # (a failed read would write it again).
-  kept = work / "pipeline" / study.HELD_SPLIT_DIR / "held.json"
+  kept = work / "pipeline" / kept_split.HELD_SPLIT_DIR / "held.json"
   kept_at = kept.stat().st_mtime_ns
   (state,) = (run_dir / "backup").glob("*/*/fit_state.json")
   held = json.loads(state.read_text())
