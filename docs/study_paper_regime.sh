@@ -149,18 +149,21 @@ done
 main_run cowclip 8192 --ablation
 
 # Two runs of one seed compared on the same eval rows, paired (DeLong:
-# docs/scripts/paired_runs.py), into RESULTS/MAIN/pairs.csv. Only runs
-# trained on this machine have their exports in ROOT: a pair with one
-# missing, or already in pairs.csv, is skipped; one that fails is said
-# and the queue goes on (its runs are what cannot be redone cheaply).
-pair() {  # RUN_A RUN_B
-  local runs=$ROOT/pipelines/criteo_kaggle/runs/$MAIN
-  [ -d "$runs/$1/serving" ] && [ -d "$runs/$2/serving" ] || return 0
-  grep -q "^$1,$2," "$RESULTS/$MAIN/pairs.csv" 2>/dev/null && return 0
-  $PY docs/scripts/paired_runs.py criteo "$CRITEO" \
-    "$ROOT/pipelines/criteo_kaggle" "$RESULTS/$MAIN" "$1" "$2" ||
+# docs/scripts/paired_runs.py), into RESULTS/NAME/pairs.csv (NAME: the main
+# study unless DATASET DATA NAME are given). Only runs trained on this
+# machine have their exports in ROOT: a pair with one missing, or already
+# in pairs.csv, is skipped; one that fails is said and the queue goes on
+# (its runs are what cannot be redone cheaply).
+pair() {  # RUN_A RUN_B [DATASET DATA NAME]
+  local dataset=${3:-criteo} data=${4:-$CRITEO} name=${5:-$MAIN} dir
+  dir=$ROOT/pipelines/$(basename "$(dirname "$data")")
+  [ -d "$dir/runs/$name/$1/serving" ] && [ -d "$dir/runs/$name/$2/serving" ] ||
+    return 0
+  grep -q "^$1,$2," "$RESULTS/$name/pairs.csv" 2>/dev/null && return 0
+  $PY docs/scripts/paired_runs.py "$dataset" "$data" "$dir" \
+    "$RESULTS/$name" "$1" "$2" ||
     { echo "pairing $1 with $2 failed" >&2; return 0; }
-  commit "$MAIN" "docs/study_paper_regime/$MAIN: $1 against $2, paired on the eval rows"
+  commit "$name" "docs/study_paper_regime/$name: $1 against $2, paired on the eval rows"
 }
 pairs_of_seed() {  # SEED
   local s=$1
@@ -210,6 +213,13 @@ for rule_batch in "none 1024" "sqrt 32768" "cowclip 32768"; do
   # shellcheck disable=SC2086  # The rule and the batch: two words.
   run criteo "$CRITEO_RARE" criteo_rare_signal $rule_batch "${HPARAMS[@]}"
 done
+for pair_runs in \
+    "deepfm-sqrt-noclip-b32768-s1 deepfm-none-noclip-b1024-s1" \
+    "deepfm-cowclip-clip-b32768-s1 deepfm-none-noclip-b1024-s1" \
+    "deepfm-sqrt-noclip-b32768-s1 deepfm-cowclip-clip-b32768-s1"; do
+  # shellcheck disable=SC2086  # Two run names.
+  pair $pair_runs criteo "$CRITEO_RARE" criteo_rare_signal
+done
 
 # 4. Avazu in the paper's regime: its published base values (the paper's
 #    appendix, trainer_module/features.py: dense_lr 1e-4, zeta 1e-4, the rest
@@ -222,6 +232,14 @@ for rule in cowclip sqrt none; do
 done
 run avazu "$AVAZU" avazu_paper_hparams cowclip 32768 --ablation \
   "${AVAZU_HPARAMS[@]}"
+for pair_runs in \
+    "deepfm-cowclip-clip-b32768-s1 deepfm-none-noclip-b1024-s1" \
+    "deepfm-sqrt-noclip-b32768-s1 deepfm-none-noclip-b1024-s1" \
+    "deepfm-sqrt-noclip-b32768-s1 deepfm-cowclip-clip-b32768-s1" \
+    "deepfm-cowclip-clip-b32768-s1 deepfm-cowclip-noclip-b32768-s1"; do
+  # shellcheck disable=SC2086  # Two run names.
+  pair $pair_runs avazu "$AVAZU" avazu_paper_hparams
+done
 
 # The remaining seeds of issue 59.
 for seed in 2 3; do
