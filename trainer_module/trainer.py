@@ -37,12 +37,12 @@ from trainer_module import plan as plan_lib
 from trainer_module import preprocessing
 from trainer_module import served_model
 from trainer_module import training
-from trainer_module.kept_split import HELD_SPLIT_DIR
 from trainer_module.input_pipeline import hold_split
 from trainer_module.input_pipeline import release_memory
 from trainer_module.input_pipeline import TrainingData
 from trainer_module.input_pipeline import training_data
 from trainer_module.input_pipeline import training_part
+from trainer_module.kept_split import HELD_SPLIT_DIR
 from trainer_module.model_building import BASELINE_C_GRID
 from trainer_module.model_building import l2_of_c
 from trainer_module.model_building import build_and_compile
