@@ -165,13 +165,14 @@ pair() {  # RUN_A RUN_B [DATASET DATA NAME]
     { echo "pairing $1 with $2 failed" >&2; return 0; }
   commit "$name" "docs/study_paper_regime/$name: $1 against $2, paired on the eval rows"
 }
-pairs_of_seed() {  # SEED
+pairs_of_seed() {  # SEED [DATASET DATA NAME]: as pair's
   local s=$1
-  pair deepfm-sqrt-noclip-b32768-s$s deepfm-cowclip-clip-b32768-s$s
-  pair deepfm-cowclip-clip-b32768-s$s deepfm-cowclip-noclip-b32768-s$s
-  pair deepfm-cowclip-clip-b32768-s$s deepfm-none-noclip-b1024-s$s
-  pair deepfm-sqrt-noclip-b32768-s$s deepfm-none-noclip-b1024-s$s
-  pair deepfm-cowclip-clip-b1024-s$s deepfm-none-noclip-b1024-s$s
+  shift
+  pair deepfm-sqrt-noclip-b32768-s$s deepfm-cowclip-clip-b32768-s$s "$@"
+  pair deepfm-cowclip-clip-b32768-s$s deepfm-cowclip-noclip-b32768-s$s "$@"
+  pair deepfm-cowclip-clip-b32768-s$s deepfm-none-noclip-b1024-s$s "$@"
+  pair deepfm-sqrt-noclip-b32768-s$s deepfm-none-noclip-b1024-s$s "$@"
+  pair deepfm-cowclip-clip-b1024-s$s deepfm-none-noclip-b1024-s$s "$@"
 }
 
 # 2. The verdict made firm (issue 59), the most telling runs first: a
@@ -205,23 +206,15 @@ pair deepfm-cowclip-clip-b65536-s1 deepfm-none-noclip-b65536-s1
 #    appendix, trainer_module/features.py: dense_lr 1e-4, zeta 1e-4, the rest
 #    as Criteo's), `none` at the base batch and the four rules at 32x. Before
 #    the rare-signal rows: a seed's Avazu runs and their pairs need one
-#    machine (seed 1's five: 1 h 10 min on an AMX machine, 2026-12-07), and
+#    machine (seed 1's five: about 1 h 15 min on an AMX machine, 2026-12-07), and
 #    on a machine without the first two rare rows' exports the third cannot
 #    be paired anyway.
 generate avazu "$AVAZU"
 AVAZU_HPARAMS=(--dense-lr 1e-4 --embed-lr 1e-4 --l2 1e-5 --zeta 1e-4)
-# Each pair as soon as both its runs are there: a session may end between
-# runs, and the next machine has neither export.
+# Each seed's pairs as soon as both their runs are there: a session may end
+# between runs, and the next machine has neither export.
 avazu_pairs() {  # SEED
-  local s=$1 pair_runs
-  for pair_runs in \
-      "deepfm-cowclip-clip-b32768-s$s deepfm-none-noclip-b1024-s$s" \
-      "deepfm-sqrt-noclip-b32768-s$s deepfm-none-noclip-b1024-s$s" \
-      "deepfm-sqrt-noclip-b32768-s$s deepfm-cowclip-clip-b32768-s$s" \
-      "deepfm-cowclip-clip-b32768-s$s deepfm-cowclip-noclip-b32768-s$s"; do
-    # shellcheck disable=SC2086  # Two run names.
-    pair $pair_runs avazu "$AVAZU" avazu_paper_hparams
-  done
+  pairs_of_seed "$1" avazu "$AVAZU" avazu_paper_hparams
 }
 avazu_run() {  # RULE BATCH [flags...]
   run avazu "$AVAZU" avazu_paper_hparams "$@" "${AVAZU_HPARAMS[@]}"
